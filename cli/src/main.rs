@@ -1,0 +1,56 @@
+//! `roce`: the command-line face of the emulator. Argument parsing and printing only; every
+//! subcommand is a thin file over library calls.
+
+mod decode;
+mod failure;
+mod mem;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+pub use failure::Failure;
+
+#[derive(Parser)]
+#[command(
+    name = "roce",
+    version,
+    about = "A userspace RoCEv2 software NIC: run emulated RNICs, post RDMA work, decode captures",
+    propagate_version = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Decode the RoCEv2 packets in pcap/pcapng captures, checking every ICRC.
+    Decode(decode::Args),
+    /// Create, inspect and watch the shared-memory regions that stand in for host RAM.
+    #[command(subcommand)]
+    Mem(mem::Command),
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Decode(args) => decode::run(args),
+        Command::Mem(cmd) => mem::run(cmd),
+    };
+    match result {
+        Ok(code) => code,
+        Err(failure) => {
+            eprintln!("roce: {failure}");
+            failure.exit_code()
+        }
+    }
+}

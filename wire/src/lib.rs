@@ -1,0 +1,1 @@
+//! RoCEv2 on the wire: zero-copy views and representations of every header.
