@@ -1,1 +1,30 @@
-//! RoCEv2 on the wire: zero-copy views and representations of every header.
+//! RoCEv2 on the wire: zero-copy views and representations of every InfiniBand transport header,
+//! the opcode table, whole frames over Ethernet/IP/UDP and the ICRC.
+//!
+//! Each header module follows smoltcp's `wire` style: a `Packet<T: AsRef<[u8]>>` view with
+//! byte-range `field` constants and accessors (setters when `T: AsMut<[u8]>`), and a `Repr` with
+//! `parse` and `emit`. This crate only turns bytes into values and back; it keeps no state and
+//! does no I/O.
+
+pub mod aeth;
+pub mod atomic_ack_eth;
+pub mod atomic_eth;
+mod be;
+pub mod bth;
+pub mod deth;
+mod error;
+pub mod feth;
+pub mod frame;
+pub mod icrc;
+pub mod ieth;
+pub mod immdt;
+pub mod opcode;
+pub mod reth;
+mod view;
+
+pub use error::{Error, Layer, NotRoce};
+pub use frame::{EthernetRepr, Extensions, Frame, FrameRepr, Layout, NetworkRepr, VlanTag};
+pub use opcode::{Headers, Kind, Opcode, Position, Transport};
+
+/// Address types from smoltcp, re-exported so users of this crate need not name smoltcp.
+pub use smoltcp::wire::{EthernetAddress, Ipv4Address, Ipv6Address};

@@ -1,0 +1,215 @@
+//! The Invariant CRC that ends every RoCE packet.
+//!
+//! CRC-32 (the Ethernet polynomial, as computed by `crc32fast`) over: eight bytes of 0xff standing
+//! in for the InfiniBand LRH that RoCE does not carry, then the IP header, the UDP header, the BTH,
+//! the extension headers, the payload and the pad — with the fields that routers may change on the
+//! way replaced by ones: IPv4 TOS, TTL and header checksum; IPv6 traffic class, flow label and hop
+//! limit; the UDP checksum; and BTH byte 4 (FECN, BECN, reserved). The CRC is stored least
+//! significant byte first.
+//!
+//! Only the first few dozen header bytes need masking, so they are copied to the stack and masked
+//! there; everything after them is fed to the hasher straight from the frame, without a copy.
+
+use crate::bth;
+
+/// The network header the ICRC starts from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Scope {
+    /// RoCEv2 over IPv4: IPv4 header (with options, if any) and UDP.
+    Ipv4,
+    /// RoCEv2 over IPv6: IPv6 header and UDP.
+    Ipv6,
+    /// RoCEv1: the GRH, laid out like an IPv6 header, and no UDP.
+    Grh,
+}
+
+const LRH_STAND_IN: [u8; 8] = [0xff; 8];
+const UDP_LEN: usize = 8;
+const IPV6_LEN: usize = 40;
+/// Largest masked prefix: an IPv4 header with 40 bytes of options, UDP and the BTH.
+const MAX_PREFIX: usize = 60 + UDP_LEN + bth::HEADER_LEN;
+
+/// The result of checking a packet's ICRC: the CRC we computed and the one the packet carried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Check {
+    pub expected: u32,
+    pub found: u32,
+}
+
+impl Check {
+    pub fn is_ok(&self) -> bool {
+        self.expected == self.found
+    }
+}
+
+/// Where the masked prefix ends and which bytes in it are masked.
+struct Masks {
+    prefix: usize,
+    /// Byte ranges (start, len) within the prefix replaced by 0xff.
+    ranges: [(usize, usize); 5],
+    /// For IPv6 and the GRH, the traffic class starts in the low nibble of byte 0.
+    low_nibble_of_first: bool,
+}
+
+fn masks(scope: Scope, packet: &[u8]) -> Option<Masks> {
+    match scope {
+        Scope::Ipv4 => {
+            let ihl = usize::from(*packet.first()? & 0x0f) * 4;
+            if ihl < 20 {
+                return None;
+            }
+            Some(Masks {
+                prefix: ihl + UDP_LEN + bth::HEADER_LEN,
+                ranges: [
+                    (1, 1),                 // TOS
+                    (8, 1),                 // TTL
+                    (10, 2),                // header checksum
+                    (ihl + 6, 2),           // UDP checksum
+                    (ihl + UDP_LEN + 4, 1), // FECN, BECN, reserved
+                ],
+                low_nibble_of_first: false,
+            })
+        }
+        Scope::Ipv6 => Some(Masks {
+            prefix: IPV6_LEN + UDP_LEN + bth::HEADER_LEN,
+            ranges: [
+                (1, 3),                      // traffic class (low nibble) and flow label
+                (7, 1),                      // hop limit
+                (IPV6_LEN + 6, 2),           // UDP checksum
+                (IPV6_LEN + UDP_LEN + 4, 1), // FECN, BECN, reserved
+                (0, 0),
+            ],
+            low_nibble_of_first: true,
+        }),
+        Scope::Grh => Some(Masks {
+            prefix: IPV6_LEN + bth::HEADER_LEN,
+            ranges: [(1, 3), (7, 1), (IPV6_LEN + 4, 1), (0, 0), (0, 0)],
+            low_nibble_of_first: true,
+        }),
+    }
+}
+
+/// Computes the ICRC of `packet`: the bytes from the first byte of the IP header (or GRH) up to
+/// and including the pad, without the ICRC itself. `None` if the bytes cannot hold the headers.
+pub fn compute(scope: Scope, packet: &[u8]) -> Option<u32> {
+    let masks = masks(scope, packet)?;
+    if packet.len() < masks.prefix || masks.prefix > MAX_PREFIX {
+        return None;
+    }
+    let mut prefix = [0u8; MAX_PREFIX];
+    let prefix = &mut prefix[..masks.prefix];
+    prefix.copy_from_slice(&packet[..masks.prefix]);
+    if masks.low_nibble_of_first {
+        prefix[0] |= 0x0f;
+    }
+    for (start, len) in masks.ranges {
+        prefix[start..start + len].fill(0xff);
+    }
+
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&LRH_STAND_IN);
+    hasher.update(prefix);
+    hasher.update(&packet[masks.prefix..]);
+    Some(hasher.finalize())
+}
+
+/// Reads the ICRC a packet carries (its four bytes, least significant first).
+pub fn read(icrc: &[u8]) -> Option<u32> {
+    Some(u32::from_le_bytes(icrc.get(..4)?.try_into().ok()?))
+}
+
+/// Writes an ICRC into the four bytes that end a packet.
+pub fn write(icrc: &mut [u8], value: u32) {
+    icrc[..4].copy_from_slice(&value.to_le_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hex(s: &str) -> Vec<u8> {
+        let digits: Vec<u8> = s.bytes().filter(u8::is_ascii_hexdigit).collect();
+        digits
+            .chunks(2)
+            .map(|p| u8::from_str_radix(std::str::from_utf8(p).unwrap(), 16).unwrap())
+            .collect()
+    }
+
+    // Known-answer vectors from scapy's test/contrib/roce.uts. Each is an Ethernet frame; the IP
+    // header starts at byte 14 and the ICRC is the last four bytes.
+    fn check_vector(scope: Scope, frame: &[u8], icrc_as_scapy_reads_it: u32) {
+        let (packet, icrc) = frame[14..].split_at(frame.len() - 14 - 4);
+        assert_eq!(icrc, icrc_as_scapy_reads_it.to_be_bytes());
+        assert_eq!(compute(scope, packet), read(icrc));
+    }
+
+    #[test]
+    fn scapy_ipv4_uc_send() {
+        let frame = hex("248a07a8fa22 248a07a8fa22 0800
+             4501 0040 0478 4000 4011 b4d5 c0a80007 c0a80007
+             c000 12b7 002c aca2
+             24 60 ffff 00 0000d3 00 cf1710
+             4630818be28935d90e9a955054 01be885e5000 00
+             78f353f3");
+        check_vector(Scope::Ipv4, &frame, 0x78f353f3);
+    }
+
+    #[test]
+    fn scapy_ipv6_uc_send() {
+        let frame = hex("248a07a8fa22 248a07a8fa22 86dd
+             6e21face 002c 11 ff
+             20220000000000000000000000001023
+             20230000000000000000000000001024
+             c000 12b7 002c e7c5
+             24 60 ffff 00 0000d3 00 cf1710
+             4630818be28935d90e9a955054 01be885e5000 00
+             3e5b743b");
+        check_vector(Scope::Ipv6, &frame, 0x3e5b743b);
+    }
+
+    #[test]
+    fn connectx4_lx_cnp() {
+        let frame = hex("e41d2dab2bc2 7cfe90643b32 0800 45c2
+             003c 718c 4000 4011 9161 0a001101 0a00
+             1201 0000 12b7 0028 0000 8100 ffff 4000
+             0118 0000 0000 0000 0000 0000 0000 0000
+             0000 0000 0000 82fd 002a");
+        check_vector(Scope::Ipv4, &frame, 0x82fd002a);
+    }
+
+    #[test]
+    fn masked_fields_do_not_change_the_crc_but_others_do() {
+        let frame = hex("e41d2dab2bc2 7cfe90643b32 0800 45c2
+             003c 718c 4000 4011 9161 0a001101 0a00
+             1201 0000 12b7 0028 0000 8100 ffff 4000
+             0118 0000 0000 0000 0000 0000 0000 0000
+             0000 0000 0000 82fd 002a");
+        let packet = &frame[14..frame.len() - 4];
+        let good = compute(Scope::Ipv4, packet).unwrap();
+        for (i, masked) in [
+            (1, true),
+            (8, true),
+            (10, true),
+            (26, true),
+            (32, true),
+            (9, false),
+            (33, false),
+        ] {
+            let mut p = packet.to_vec();
+            p[i] ^= 0x01;
+            assert_eq!(
+                compute(Scope::Ipv4, &p).unwrap() == good,
+                masked,
+                "byte {i}"
+            );
+        }
+    }
+
+    #[test]
+    fn short_input_is_none_not_a_panic() {
+        assert_eq!(compute(Scope::Ipv4, &[]), None);
+        assert_eq!(compute(Scope::Ipv4, &[0x45; 30]), None);
+        assert_eq!(compute(Scope::Ipv4, &[0x41; 60]), None);
+        assert_eq!(compute(Scope::Ipv6, &[0x60; 59]), None);
+    }
+}
