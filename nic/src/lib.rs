@@ -1,1 +1,28 @@
-//! The emulated RNIC.
+//! The emulated RoCEv2 RNIC.
+//!
+//! A [`Device`] runs an engine thread that executes RDMA operations as a hardware NIC's engines
+//! would: it reads and writes host memory through `roce-hostmem`, and talks to its peers only
+//! through RoCEv2 frames built and parsed by `roce-wire`, over a [`link::Link`]. Host programs use
+//! the [`verbs`] API.
+//!
+//! The path of one RDMA WRITE, file by file: [`verbs`] (post_send writes a WQE into the send
+//! ring, rings the doorbell) → [`transport::requester`] (WQE → packets) → [`link`] →
+//! peer's `engine` (frame in, ICRC) → [`transport::responder`] (PSN, rkey, DMA into the target's
+//! memory, ACK) → [`link`] → [`transport::completer`] (ACK → completion) → [`verbs`] (poll).
+
+pub mod buf;
+pub mod control;
+pub mod counters;
+pub mod cq;
+mod device;
+mod engine;
+pub mod link;
+pub mod qp;
+pub mod ring;
+pub mod transport;
+pub mod verbs;
+pub mod waker;
+pub mod wqe;
+
+pub use device::{Device, DeviceConfig};
+pub use engine::{RingMemory, FIRST_QPN};

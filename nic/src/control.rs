@@ -1,0 +1,96 @@
+//! The control path between a host program and the NIC (the role of the uverbs kernel
+//! interface): requests to create, change and destroy objects, and their answers. In-process
+//! hosts hand these to the engine through a channel; other processes send them over the NIC's
+//! Unix socket. The engine checks every request, and a host can only touch its own objects.
+
+use std::sync::Arc;
+
+use roce_hostmem::{Access, MrKeys, Region, VaBase};
+
+use crate::counters::Snapshot;
+use crate::cq::EventLine;
+use crate::ring::Geometry;
+use crate::verbs::types::{AddressVector, Gid, Mtu, QpAttr, QpCap, QpType};
+use crate::verbs::VerbsError;
+
+/// Identifies one host program (one opened context) to the engine.
+pub type ClientId = u64;
+
+/// Which memory a registration names.
+#[derive(Debug, Clone)]
+pub enum RegionRef {
+    /// A region this process has mapped (the engine shares the mapping).
+    Local(Arc<Region>),
+    /// A region in /dev/shm that the engine attaches to by name.
+    Named(String),
+}
+
+/// A request to the engine.
+#[derive(Debug, Clone)]
+pub enum Request {
+    QueryDevice,
+    AllocPd,
+    DeallocPd { pd: u32 },
+    RegMr { pd: u32, region: RegionRef, offset: usize, len: usize, access: Access, va: VaBase },
+    DeregMr { lkey: u32 },
+    CreateCq { entries: u32 },
+    DestroyCq { cq: u32 },
+    CreateQp { pd: u32, qp_type: QpType, send_cq: u32, recv_cq: u32, cap: QpCap, sq_sig_all: bool },
+    ModifyQp { qpn: u32, attr: QpAttr },
+    QueryQp { qpn: u32 },
+    DestroyQp { qpn: u32 },
+    CreateAh { pd: u32, av: AddressVector },
+    DestroyAh { ah: u32 },
+    Counters,
+    /// The host program is gone: destroy everything it owned.
+    Disconnect,
+}
+
+/// What the device tells a host that opens it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceInfo {
+    pub name: String,
+    pub mac: roce_wire::EthernetAddress,
+    pub gids: Vec<Gid>,
+    /// The largest path MTU the port carries.
+    pub max_mtu: Mtu,
+    pub max_qp_wr: u32,
+    pub max_sge: u32,
+    pub max_inline: u32,
+    pub max_cqe: u32,
+    pub max_qp_rd_atom: u8,
+}
+
+/// A ring the host maps: its memory and where in it the ring lies.
+#[derive(Debug, Clone)]
+pub struct RingMap {
+    pub region: Arc<Region>,
+    pub geometry: Geometry,
+}
+
+/// The engine's answer.
+#[derive(Debug, Clone)]
+pub enum Response {
+    Device(DeviceInfo),
+    Pd(u32),
+    Mr(MrKeys),
+    Cq { cq: u32, ring: RingMap, event: Arc<EventLine> },
+    Qp { qpn: u32, cap: QpCap, sq: RingMap, rq: RingMap },
+    QpAttr(QpAttr),
+    Ah(u32),
+    Counters(Snapshot),
+    Done,
+}
+
+/// A request in flight to the engine, with where to send the answer.
+pub struct Command {
+    pub client: ClientId,
+    pub request: Request,
+    pub reply: crossbeam::channel::Sender<Result<Response, VerbsError>>,
+}
+
+/// Stops the engine (sent by the device when it is dropped).
+pub enum Control {
+    Call(Command),
+    Shutdown,
+}

@@ -1,0 +1,106 @@
+//! The NIC's counters: every frame in and out, every drop by its reason, every NAK and retry.
+//! One engine thread writes them; anyone may read a snapshot at any time.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+macro_rules! counters {
+    ($($field:ident: $doc:literal,)*) => {
+        /// Live counters, updated by the engine.
+        #[derive(Debug, Default)]
+        pub struct Counters {
+            $(#[doc = $doc] pub $field: AtomicU64,)*
+        }
+
+        /// A copy of the counters at one moment.
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+        pub struct Snapshot {
+            $(#[doc = $doc] pub $field: u64,)*
+        }
+
+        impl Counters {
+            pub fn snapshot(&self) -> Snapshot {
+                Snapshot { $($field: self.$field.load(Ordering::Relaxed),)* }
+            }
+        }
+
+        impl Snapshot {
+            /// Every counter with its name and meaning, in declaration order.
+            pub fn iter(&self) -> impl Iterator<Item = (&'static str, &'static str, u64)> {
+                [$((stringify!($field), $doc, self.$field),)*].into_iter()
+            }
+
+            /// The difference `self - earlier`, counter by counter.
+            pub fn since(&self, earlier: &Snapshot) -> Snapshot {
+                Snapshot { $($field: self.$field.wrapping_sub(earlier.$field),)* }
+            }
+
+            /// Serialises for the control socket: the values in declaration order.
+            pub fn to_vec(&self) -> Vec<u64> {
+                vec![$(self.$field,)*]
+            }
+
+            /// The inverse of [`Snapshot::to_vec`]; missing values read as zero.
+            pub fn from_slice(values: &[u64]) -> Snapshot {
+                let mut it = values.iter().copied();
+                Snapshot { $($field: it.next().unwrap_or(0),)* }
+            }
+        }
+    };
+}
+
+counters! {
+    rx_frames: "frames received from the link",
+    rx_bytes: "bytes received from the link",
+    tx_frames: "frames sent to the link",
+    tx_bytes: "bytes sent to the link",
+    tx_dropped: "frames the link could not take (dropped as on a full wire)",
+    rx_not_roce: "frames that were not RoCE (given to the port's IP stack)",
+    rx_icrc_errors: "RoCE packets dropped for a bad ICRC",
+    rx_malformed: "RoCE packets dropped as malformed (bad lengths or fields)",
+    rx_not_for_us: "RoCE packets for another MAC or IP address",
+    rx_unknown_qp: "RoCE packets for a QP that does not exist",
+    rx_wrong_transport: "packets whose opcode does not fit the QP's transport",
+    rx_bad_state: "packets dropped because the QP's state does not accept them",
+    rx_bad_pkey: "packets dropped for a P_Key other than 0xffff",
+    rx_qkey_mismatch: "UD datagrams dropped for a wrong Q_Key",
+    rx_no_receive: "UC/UD messages dropped because no receive was posted",
+    rx_duplicates: "duplicate request packets (re-acknowledged, never re-executed)",
+    rx_out_of_sequence: "request packets ahead of the expected PSN",
+    rx_stale_responses: "responses for PSNs already acknowledged, or unexpected",
+    uc_messages_dropped: "UC messages dropped whole after a lost packet",
+    acks_sent: "ACK packets sent",
+    acks_received: "ACK packets received",
+    naks_sent_psn_sequence: "NAKs sent: PSN sequence error",
+    naks_sent_invalid_request: "NAKs sent: invalid request",
+    naks_sent_remote_access: "NAKs sent: remote access error",
+    naks_sent_remote_operational: "NAKs sent: remote operational error",
+    rnr_naks_sent: "RNR NAKs sent (SEND with no receive posted)",
+    naks_received_psn_sequence: "NAKs received: PSN sequence error",
+    naks_received_invalid_request: "NAKs received: invalid request",
+    naks_received_remote_access: "NAKs received: remote access error",
+    naks_received_remote_operational: "NAKs received: remote operational error",
+    rnr_naks_received: "RNR NAKs received",
+    retransmitted_packets: "request packets sent again (go-back-N)",
+    retransmit_timeouts: "retransmission timer expiries",
+    rnr_retries: "retries after an RNR wait",
+    read_responses_sent: "RDMA READ response packets sent",
+    atomics_executed: "atomic operations executed on host memory",
+    atomic_replays: "duplicate atomics answered from the saved result",
+    dma_write_bytes: "bytes written into host memory",
+    dma_read_bytes: "bytes read from host memory",
+    completions: "completion queue entries written",
+    completion_errors: "completions with an error status",
+    cq_overflows: "completions lost because a completion queue was full",
+}
+
+/// Adds one. The engine is the only writer, so a relaxed load and store suffice (no locked
+/// instruction on the data path).
+#[inline]
+pub fn bump(counter: &AtomicU64) {
+    add(counter, 1)
+}
+
+#[inline]
+pub fn add(counter: &AtomicU64, n: u64) {
+    counter.store(counter.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+}

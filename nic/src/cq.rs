@@ -1,0 +1,162 @@
+//! Completion queues as the engine sees them: rings it produces completion entries into, and an
+//! event line to wake a host program that waits for one.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::counters::{self, Counters};
+use crate::ring::{Producer, Ring};
+use crate::verbs::types::{Wc, WcStatus};
+use crate::wqe::{encode_cqe, CQE_SIZE};
+
+/// An eventfd a host program sleeps on until the engine signals a completion.
+#[derive(Debug)]
+pub struct EventLine {
+    fd: OwnedFd,
+}
+
+impl EventLine {
+    pub fn new() -> io::Result<Arc<EventLine>> {
+        // SAFETY: plain system call; the result is checked.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is new and owned by nobody else.
+        Ok(Arc::new(EventLine {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        }))
+    }
+
+    pub fn from_fd(fd: OwnedFd) -> Arc<EventLine> {
+        Arc::new(EventLine { fd })
+    }
+
+    pub fn fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    pub fn signal(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes a valid u64 to our eventfd.
+        unsafe { libc::write(self.fd(), (&one as *const u64).cast(), 8) };
+    }
+
+    /// Waits until signalled or `timeout` passes; true if signalled. Consumes the signal.
+    pub fn wait(&self, timeout: Option<Duration>) -> bool {
+        let mut pfd = libc::pollfd {
+            fd: self.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = timeout.map_or(-1, |t| t.as_millis().min(i32::MAX as u128) as libc::c_int);
+        // SAFETY: one valid pollfd.
+        let ready = unsafe { libc::poll(&mut pfd, 1, ms) };
+        let mut count = 0u64;
+        // SAFETY: reads into a valid u64 from a non-blocking eventfd.
+        unsafe { libc::read(self.fd(), (&mut count as *mut u64).cast(), 8) };
+        ready > 0
+    }
+}
+
+/// One completion queue, engine side.
+#[derive(Debug)]
+pub struct Cq {
+    pub cqn: u32,
+    pub owner: u64,
+    producer: Producer,
+    event: Arc<EventLine>,
+    /// Completions lost to a full queue (a host that does not poll).
+    pub overflowed: u64,
+}
+
+impl Cq {
+    pub fn new(cqn: u32, owner: u64, ring: Ring, event: Arc<EventLine>) -> Cq {
+        Cq {
+            cqn,
+            owner,
+            producer: Producer::new(ring),
+            event,
+            overflowed: 0,
+        }
+    }
+
+    pub fn ring(&self) -> &Ring {
+        self.producer.ring()
+    }
+
+    pub fn event(&self) -> &Arc<EventLine> {
+        &self.event
+    }
+
+    /// Writes one completion and wakes a waiting consumer.
+    pub fn push(&mut self, wc: &Wc, counters: &Counters) {
+        let mut slot = [0u8; CQE_SIZE];
+        encode_cqe(&mut slot, wc);
+        if !self.producer.push(&slot) {
+            self.overflowed += 1;
+            counters::bump(&counters.cq_overflows);
+            tracing::warn!(cqn = self.cqn, "completion queue full: completion lost");
+            return;
+        }
+        self.producer.publish();
+        counters::bump(&counters.completions);
+        if wc.status != WcStatus::Success {
+            counters::bump(&counters.completion_errors);
+        }
+        if self.producer.ring().notify().swap(0, Ordering::SeqCst) != 0 {
+            self.event.signal();
+        }
+    }
+}
+
+/// All completion queues of a device, by number.
+#[derive(Debug, Default)]
+pub struct CqTable {
+    slots: Vec<Option<Cq>>,
+}
+
+impl CqTable {
+    /// The number the next queue gets.
+    pub fn free_index(&self) -> u32 {
+        self.slots
+            .iter()
+            .position(Option::is_none)
+            .unwrap_or(self.slots.len()) as u32
+    }
+
+    /// Adds a queue under its number.
+    pub fn put(&mut self, cq: Cq) {
+        let index = cq.cqn as usize;
+        if index >= self.slots.len() {
+            self.slots.resize_with(index + 1, || None);
+        }
+        self.slots[index] = Some(cq);
+    }
+
+    pub fn get(&self, cqn: u32) -> Option<&Cq> {
+        self.slots.get(cqn as usize)?.as_ref()
+    }
+
+    pub fn get_mut(&mut self, cqn: u32) -> Option<&mut Cq> {
+        self.slots.get_mut(cqn as usize)?.as_mut()
+    }
+
+    pub fn remove(&mut self, cqn: u32) -> Option<Cq> {
+        self.slots.get_mut(cqn as usize)?.take()
+    }
+
+    /// Completes on queue `cqn`; a queue that vanished loses the completion.
+    pub fn complete(&mut self, cqn: u32, wc: &Wc, counters: &Counters) {
+        if let Some(cq) = self.get_mut(cqn) {
+            cq.push(wc, counters);
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Cq> {
+        self.slots.iter().flatten()
+    }
+}

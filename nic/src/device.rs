@@ -1,0 +1,185 @@
+//! A device: one emulated RNIC with its MAC, IP addresses, GID table and port MTU, its engine
+//! thread and its link. Opening it gives a verbs [`Context`].
+
+use std::collections::HashMap;
+use std::io;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use crossbeam::channel::{self, Sender};
+use roce_wire::EthernetAddress;
+
+use crate::buf::BufPool;
+use crate::control::{ClientId, Command, Control, Request, Response};
+use crate::counters::{Counters, Snapshot};
+use crate::engine::{Engine, RingMemory, Setup};
+use crate::link::Link;
+use crate::qp::PortInfo;
+use crate::verbs::types::{Gid, Mtu};
+use crate::verbs::{Backend, Context, VerbsError};
+use crate::waker::{SharedWord, Waker};
+
+/// How a device is set up.
+#[derive(Debug, Clone)]
+pub struct DeviceConfig {
+    pub name: String,
+    pub mac: EthernetAddress,
+    pub ips: Vec<IpAddr>,
+    /// The link's IP MTU; the largest path MTU follows from it (1500 gives 1024).
+    pub mtu: u32,
+    /// Known peers' MAC addresses.
+    pub neighbours: Vec<(IpAddr, EthernetAddress)>,
+    /// Follow Soft-RoCE where it deviates from the IBTA spec.
+    pub rxe_compat: bool,
+    pub rings: RingMemory,
+}
+
+impl DeviceConfig {
+    /// A device with one IPv4 address, MTU 4200 (path MTU 4096) and a MAC derived from the
+    /// address (02:00:IP, locally administered).
+    pub fn new(name: &str, ip: IpAddr) -> DeviceConfig {
+        let mac = match ip {
+            IpAddr::V4(v4) => {
+                let o = v4.octets();
+                EthernetAddress([0x02, 0x00, o[0], o[1], o[2], o[3]])
+            }
+            IpAddr::V6(v6) => {
+                let o = v6.octets();
+                EthernetAddress([0x02, 0x00, o[12], o[13], o[14], o[15]])
+            }
+        };
+        DeviceConfig {
+            name: name.to_owned(),
+            mac,
+            ips: vec![ip],
+            mtu: 4200,
+            neighbours: Vec::new(),
+            rxe_compat: false,
+            rings: RingMemory::Private,
+        }
+    }
+
+    /// The GID table: index 0 the link-local GID of the MAC, then one per IP address (IPv4-mapped
+    /// for IPv4), all RoCEv2 — as Soft-RoCE lays it out.
+    pub fn gids(&self) -> Vec<Gid> {
+        std::iter::once(Gid::link_local(self.mac))
+            .chain(self.ips.iter().map(|ip| Gid::from_ip(*ip)))
+            .collect()
+    }
+}
+
+/// The engine's end of a device, shared by every context opened on it in this process.
+struct Handle {
+    control: Sender<Control>,
+    waker: Arc<Waker>,
+    next_client: AtomicU64,
+}
+
+impl Backend for Handle {
+    fn connect(&self) -> Result<ClientId, VerbsError> {
+        Ok(self.next_client.fetch_add(1, Ordering::Relaxed))
+    }
+
+    fn call(&self, client: ClientId, request: Request) -> Result<Response, VerbsError> {
+        let (reply, answer) = channel::bounded(1);
+        self.control
+            .send(Control::Call(Command { client, request, reply }))
+            .map_err(|_| VerbsError::DeviceGone)?;
+        self.waker.signal();
+        answer.recv().map_err(|_| VerbsError::DeviceGone)?
+    }
+
+    fn doorbell(&self) -> &Arc<Waker> {
+        &self.waker
+    }
+}
+
+/// A running emulated RNIC.
+pub struct Device {
+    handle: Arc<Handle>,
+    counters: Arc<Counters>,
+    config: DeviceConfig,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Device {
+    /// Starts the device's engine on `link`.
+    pub fn start(config: DeviceConfig, link: impl Link + 'static) -> io::Result<Device> {
+        let max_mtu = Mtu::for_link_mtu(config.mtu).ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidInput, format!("an MTU of {} cannot carry RoCE packets of even 256 bytes", config.mtu))
+        })?;
+        let (control, requests) = channel::unbounded();
+        let waker = Waker::new(SharedWord::private())?;
+        let counters = Arc::new(Counters::default());
+        let port = PortInfo {
+            mac: config.mac,
+            gids: config.gids(),
+            max_mtu,
+            neighbours: config.neighbours.iter().copied().collect::<HashMap<_, _>>(),
+        };
+        let engine = Engine::new(Setup {
+            name: config.name.clone(),
+            port,
+            local_ips: config.ips.clone(),
+            control: requests,
+            waker: Arc::clone(&waker),
+            link: Box::new(link),
+            pool: BufPool::new(4096),
+            counters: Arc::clone(&counters),
+            rings: config.rings.clone(),
+            rxe_compat: config.rxe_compat,
+        });
+        let thread = std::thread::Builder::new()
+            .name(format!("{}-engine", config.name))
+            .spawn(move || engine.run())?;
+        Ok(Device {
+            handle: Arc::new(Handle {
+                control,
+                waker,
+                next_client: AtomicU64::new(1),
+            }),
+            counters,
+            config,
+            thread: Some(thread),
+        })
+    }
+
+    /// Opens the device (`ibv_open_device`).
+    pub fn open(&self) -> Result<Context, VerbsError> {
+        Context::open(Arc::clone(&self.handle) as Arc<dyn Backend>)
+    }
+
+    pub fn config(&self) -> &DeviceConfig {
+        &self.config
+    }
+
+    pub fn counters(&self) -> Snapshot {
+        self.counters.snapshot()
+    }
+
+    /// The live counters, for watching a device from another thread.
+    pub fn live_counters(&self) -> &Arc<Counters> {
+        &self.counters
+    }
+
+    /// Stops the engine: QPs go to the error state, the link is flushed.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        if let Some(thread) = self.thread.take() {
+            let _ = self.handle.control.send(Control::Shutdown);
+            self.handle.waker.signal();
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}

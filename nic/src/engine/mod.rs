@@ -1,0 +1,330 @@
+//! The NIC engine: one thread that owns every QP, CQ and memory table of a device, as a hardware
+//! RNIC's engines own their state. It takes frames from the link, control requests from host
+//! programs and work from the send queues, and it never waits for a host: when there is nothing
+//! to do it spins briefly, then sleeps until a frame, a doorbell, a request or a timer wakes it.
+
+mod objects;
+mod rx;
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam::channel::Receiver;
+use roce_hostmem::{MrTable, PdId};
+use tracing::{debug, info};
+
+use crate::buf::BufPool;
+use crate::control::{ClientId, Control};
+use crate::counters::Counters;
+use crate::cq::CqTable;
+use crate::link::Link;
+use crate::qp::{PortInfo, Qp};
+use crate::transport::{completer, requester, responder, Ctx, Path, Tx};
+use crate::verbs::types::{QpState, QpType};
+use crate::waker::Waker;
+
+/// Frames taken from the link in one pass before turning to other work.
+const RX_BUDGET: usize = 64;
+/// Packets one QP's requester may send in one pass.
+const TX_BUDGET: usize = 32;
+/// How long an idle engine keeps polling before it sleeps: short enough to give the CPU back,
+/// long enough that back-to-back work never pays for a wake-up.
+const SPIN: Duration = Duration::from_micros(50);
+
+/// The number of the first QP a host creates (0 and 1 are the special QPs, as in Soft-RoCE).
+pub const FIRST_QPN: u32 = 0x11;
+
+/// Where the engine puts the rings it creates for hosts.
+#[derive(Debug, Clone)]
+pub enum RingMemory {
+    /// Private memory: every host is in this process.
+    Private,
+    /// Named regions `<prefix>-qp<N>` and `<prefix>-cq<N>` in /dev/shm, for hosts in other
+    /// processes.
+    Shared { prefix: String },
+}
+
+pub(crate) struct Engine {
+    name: String,
+    port: PortInfo,
+    control: Receiver<Control>,
+    waker: Arc<Waker>,
+    tx: Tx,
+    mrs: MrTable,
+    pds: HashMap<u32, (PdId, ClientId)>,
+    next_pd: u32,
+    mr_owners: HashMap<u32, ClientId>,
+    cqs: CqTable,
+    qps: Vec<Option<Box<Qp>>>,
+    ahs: HashMap<u32, Path>,
+    ah_owners: HashMap<u32, (ClientId, u32)>,
+    next_ah: u32,
+    counters: Arc<Counters>,
+    rings: RingMemory,
+    rxe_compat: bool,
+    /// QPs owed an ACK after the current batch of received frames.
+    acks_due: Vec<u32>,
+    local_ips: Vec<IpAddr>,
+    running: bool,
+}
+
+/// What the engine needs to start.
+pub(crate) struct Setup {
+    pub name: String,
+    pub port: PortInfo,
+    pub local_ips: Vec<IpAddr>,
+    pub control: Receiver<Control>,
+    pub waker: Arc<Waker>,
+    pub link: Box<dyn Link>,
+    pub pool: Arc<BufPool>,
+    pub counters: Arc<Counters>,
+    pub rings: RingMemory,
+    pub rxe_compat: bool,
+}
+
+impl Engine {
+    pub fn new(setup: Setup) -> Engine {
+        let mut link = setup.link;
+        link.attach(&setup.pool, &setup.waker);
+        Engine {
+            name: setup.name,
+            port: setup.port,
+            control: setup.control,
+            waker: setup.waker,
+            tx: Tx::new(link, setup.pool, Arc::clone(&setup.counters)),
+            mrs: MrTable::new(),
+            pds: HashMap::new(),
+            next_pd: 1,
+            mr_owners: HashMap::new(),
+            cqs: CqTable::default(),
+            qps: Vec::new(),
+            ahs: HashMap::new(),
+            ah_owners: HashMap::new(),
+            next_ah: 1,
+            counters: setup.counters,
+            rings: setup.rings,
+            rxe_compat: setup.rxe_compat,
+            acks_due: Vec::new(),
+            local_ips: setup.local_ips,
+            running: true,
+        }
+    }
+
+    /// Runs until the device shuts down.
+    pub fn run(mut self) {
+        info!(nic = %self.name, link = %self.tx.link().describe(), "engine started");
+        let mut idle_since: Option<Instant> = None;
+        while self.running {
+            if self.pass() {
+                idle_since = None;
+                continue;
+            }
+            let now = Instant::now();
+            let since = *idle_since.get_or_insert(now);
+            if now - since < SPIN {
+                std::thread::yield_now();
+                continue;
+            }
+            // Announce the sleep, then look once more: work published before the announcement
+            // was seen by nobody else's wake-up.
+            self.waker.prepare_sleep();
+            if self.pass() {
+                self.waker.awake();
+                idle_since = None;
+                continue;
+            }
+            let timeout = self
+                .next_deadline()
+                .map(|d| d.saturating_duration_since(Instant::now()));
+            let fds: Vec<_> = self.tx.link().poll_fd().into_iter().collect();
+            self.waker.sleep(&fds, timeout);
+            idle_since = None;
+        }
+        self.shutdown();
+    }
+
+    /// One round of everything: control requests, received frames, posted work, timers.
+    /// Returns whether anything happened.
+    fn pass(&mut self) -> bool {
+        let mut busy = self.handle_control();
+        busy |= self.receive();
+        busy |= self.transmit();
+        self.timers();
+        busy
+    }
+
+    fn handle_control(&mut self) -> bool {
+        let mut busy = false;
+        while let Ok(message) = self.control.try_recv() {
+            busy = true;
+            match message {
+                Control::Call(command) => {
+                    let result = self.execute(command.client, command.request);
+                    let _ = command.reply.send(result);
+                }
+                Control::Shutdown => self.running = false,
+            }
+        }
+        busy
+    }
+
+    fn receive(&mut self) -> bool {
+        let mut n = 0;
+        while n < RX_BUDGET {
+            match self.tx.link().recv() {
+                Ok(Some(frame)) => {
+                    self.handle_frame(&frame);
+                    n += 1;
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    debug!(error = %e, "link receive failed");
+                    break;
+                }
+            }
+        }
+        // One ACK per QP for the whole batch: ACK coalescing.
+        let mut due = std::mem::take(&mut self.acks_due);
+        for qpn in due.drain(..) {
+            self.with_qp(qpn, responder::flush_ack);
+        }
+        self.acks_due = due;
+        n > 0
+    }
+
+    fn transmit(&mut self) -> bool {
+        let mut busy = false;
+        let now = Instant::now();
+        let Engine {
+            qps,
+            mrs,
+            cqs,
+            tx,
+            ahs,
+            counters,
+            ..
+        } = self;
+        for qp in qps.iter_mut().flatten() {
+            let mut ctx = Ctx {
+                mrs,
+                ahs,
+                cqs,
+                tx,
+                counters,
+                now,
+            };
+            busy |= work(qp, &mut ctx);
+        }
+        busy
+    }
+
+    fn timers(&mut self) {
+        let now = Instant::now();
+        let Engine {
+            qps,
+            mrs,
+            cqs,
+            tx,
+            ahs,
+            counters,
+            ..
+        } = self;
+        for qp in qps.iter_mut().flatten() {
+            let due = |t: Option<Instant>| t.is_some_and(|t| t <= now);
+            if due(qp.send.timer) || due(qp.send.rnr_wait.map(|w| w.0)) {
+                let mut ctx = Ctx {
+                    mrs,
+                    ahs,
+                    cqs,
+                    tx,
+                    counters,
+                    now,
+                };
+                completer::on_timers(qp, &mut ctx);
+            }
+        }
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        self.qps
+            .iter()
+            .flatten()
+            .flat_map(|qp| [qp.send.timer, qp.send.rnr_wait.map(|w| w.0)])
+            .flatten()
+            .min()
+    }
+
+    /// Runs `f` on QP `qpn` with a transport context, if the QP exists.
+    fn with_qp<R>(&mut self, qpn: u32, f: impl FnOnce(&mut Qp, &mut Ctx<'_>) -> R) -> Option<R> {
+        let index = qpn.checked_sub(FIRST_QPN)? as usize;
+        let Engine {
+            qps,
+            mrs,
+            cqs,
+            tx,
+            ahs,
+            counters,
+            ..
+        } = self;
+        let qp = qps.get_mut(index)?.as_deref_mut()?;
+        let mut ctx = Ctx {
+            mrs,
+            ahs,
+            cqs,
+            tx,
+            counters,
+            now: Instant::now(),
+        };
+        Some(f(qp, &mut ctx))
+    }
+
+    fn shutdown(&mut self) {
+        let qpns: Vec<u32> = self.qps.iter().flatten().map(|qp| qp.qpn).collect();
+        for qpn in qpns {
+            self.with_qp(qpn, |qp, ctx| qp.enter_error(ctx));
+        }
+        if let Err(e) = self.tx.link().flush() {
+            debug!(error = %e, "flushing the link at shutdown failed");
+        }
+        info!(nic = %self.name, "engine stopped");
+    }
+}
+
+/// The send-side work of one QP: flush posts in the error state; otherwise fetch newly posted
+/// requests, transmit, and send READ responses. Returns whether anything happened.
+fn work(qp: &mut Qp, ctx: &mut Ctx<'_>) -> bool {
+    let mut busy = false;
+    if qp.state == QpState::Err {
+        if qp.sq.unfetched() > 0 || qp.rq.available() > 0 {
+            qp.flush(ctx);
+            busy = true;
+        }
+        return busy;
+    }
+    if matches!(qp.state, QpState::Rts | QpState::Sqd) {
+        let mtu = qp.attrs.path_mtu.bytes();
+        let qp_type = qp.qp_type;
+        let ahs = &*ctx.ahs;
+        let fetched = qp.sq.fetch(&qp.cap, qp_type == QpType::Ud, |wqe| {
+            let has_dest = wqe.ud.is_some_and(|u| ahs.contains_key(&u.ah));
+            requester::check(qp_type, mtu, &wqe.op, wqe.length, has_dest)
+        });
+        busy |= fetched > 0;
+        if qp.state == QpState::Rts {
+            busy |= requester::run(qp, ctx, TX_BUDGET) > 0;
+        }
+        // A request that failed before anything was sent completes once it is the head.
+        if qp.qp_type == QpType::Rc && !qp.sq.is_empty() && qp.sq.head == qp.sq.next {
+            if let Some(status) = qp.sq.entry(qp.sq.head).failed {
+                completer::fail_head(qp, ctx, status);
+                busy = true;
+            }
+        }
+    }
+    if qp.recv.has_replies() {
+        busy |= responder::send_replies(qp, ctx, responder::REPLY_BURST) > 0;
+    }
+    busy
+}

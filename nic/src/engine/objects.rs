@@ -1,0 +1,297 @@
+//! Control requests: creating, changing and destroying the objects of the verbs model. Every
+//! request is checked, and a host program can only name objects it created itself.
+
+use std::sync::Arc;
+
+use roce_hostmem::Region;
+use tracing::{debug, info};
+
+use super::{Engine, RingMemory, FIRST_QPN};
+use crate::control::{ClientId, DeviceInfo, RegionRef, Request, Response, RingMap};
+use crate::cq::{Cq, EventLine};
+use crate::qp::{ring_layout, Qp, MAX_RD_ATOMIC};
+use crate::ring::{Geometry, Ring};
+use crate::transport::{udp_src_port, Path};
+use crate::verbs::types::{QpCap, QpType};
+use crate::verbs::VerbsError;
+use crate::wqe::{CQE_SIZE, MAX_INLINE, MAX_SGE};
+
+/// Most work requests one queue holds.
+pub const MAX_QP_WR: u32 = 16384;
+/// Most entries one completion queue holds.
+pub const MAX_CQE: u32 = 65536;
+
+fn none(kind: &'static str, id: u32) -> VerbsError {
+    VerbsError::NoSuchObject { kind, id }
+}
+
+impl Engine {
+    pub(super) fn device_info(&self) -> DeviceInfo {
+        DeviceInfo {
+            name: self.name.clone(),
+            mac: self.port.mac,
+            gids: self.port.gids.clone(),
+            max_mtu: self.port.max_mtu,
+            max_qp_wr: MAX_QP_WR,
+            max_sge: MAX_SGE,
+            max_inline: MAX_INLINE,
+            max_cqe: MAX_CQE,
+            max_qp_rd_atom: MAX_RD_ATOMIC,
+        }
+    }
+
+    pub(super) fn execute(&mut self, client: ClientId, request: Request) -> Result<Response, VerbsError> {
+        debug!(client, ?request, "control request");
+        match request {
+            Request::QueryDevice => Ok(Response::Device(self.device_info())),
+            Request::AllocPd => {
+                let pd = self.mrs.alloc_pd();
+                let handle = self.next_pd;
+                self.next_pd = self.next_pd.wrapping_add(1).max(1);
+                self.pds.insert(handle, (pd, client));
+                Ok(Response::Pd(handle))
+            }
+            Request::DeallocPd { pd } => {
+                let id = self.pd(client, pd)?;
+                self.mrs.dealloc_pd(id)?;
+                self.pds.remove(&pd);
+                Ok(Response::Done)
+            }
+            Request::RegMr { pd, region, offset, len, access, va } => {
+                let id = self.pd(client, pd)?;
+                let region = match region {
+                    RegionRef::Local(r) => r,
+                    RegionRef::Named(name) => Arc::new(Region::attach(&name)?),
+                };
+                let keys = self.mrs.register(id, region, offset, len, access, va)?;
+                self.mr_owners.insert(keys.lkey, client);
+                info!(lkey = format_args!("{:#x}", keys.lkey), rkey = format_args!("{:#x}", keys.rkey), va = format_args!("{:#x}", keys.va), len = keys.len, %access, "memory registered");
+                Ok(Response::Mr(keys))
+            }
+            Request::DeregMr { lkey } => {
+                if self.mr_owners.get(&lkey) != Some(&client) {
+                    return Err(none("memory registration", lkey));
+                }
+                self.mrs.deregister(lkey)?;
+                self.mr_owners.remove(&lkey);
+                Ok(Response::Done)
+            }
+            Request::CreateCq { entries } => self.create_cq(client, entries),
+            Request::DestroyCq { cq } => {
+                self.cq(client, cq)?;
+                if self.qps.iter().flatten().any(|qp| qp.send_cq == cq || qp.recv_cq == cq) {
+                    return Err(VerbsError::Busy("the completion queue"));
+                }
+                self.cqs.remove(cq);
+                Ok(Response::Done)
+            }
+            Request::CreateQp { pd, qp_type, send_cq, recv_cq, cap, sq_sig_all } => {
+                self.create_qp(client, pd, qp_type, send_cq, recv_cq, cap, sq_sig_all)
+            }
+            Request::ModifyQp { qpn, attr } => {
+                self.qp(client, qpn)?;
+                let port = self.port.clone();
+                let result = self.with_qp(qpn, |qp, ctx| {
+                    let (to, path) = qp.check_modify(&attr, &port)?;
+                    let from = qp.state;
+                    qp.apply_modify(&attr, to, path, ctx);
+                    info!(qpn, %from, %to, "QP modified");
+                    Ok::<_, VerbsError>(())
+                });
+                result.unwrap_or_else(|| Err(none("QP", qpn)))?;
+                Ok(Response::Done)
+            }
+            Request::QueryQp { qpn } => Ok(Response::QpAttr(self.qp(client, qpn)?.query())),
+            Request::DestroyQp { qpn } => {
+                self.qp(client, qpn)?;
+                self.destroy_qp(qpn);
+                Ok(Response::Done)
+            }
+            Request::CreateAh { pd, av } => {
+                self.pd(client, pd)?;
+                let sgid = *self.port.gids.get(usize::from(av.sgid_index)).ok_or(crate::qp::ModifyError::NoGid(av.sgid_index))?;
+                let dip = av.dgid.ip();
+                let dmac = match av.dmac {
+                    Some(m) => m,
+                    None => *self.port.neighbours.get(&dip).ok_or(crate::qp::ModifyError::NoNeighbour(dip))?,
+                };
+                let path = Path::new(self.port.mac, sgid.ip(), dmac, dip, udp_src_port(av.flow_label, 0, 0), &av)
+                    .ok_or(crate::qp::ModifyError::Family { src: sgid, dst: av.dgid })?;
+                let ah = self.next_ah;
+                self.next_ah = self.next_ah.wrapping_add(1).max(1);
+                self.ahs.insert(ah, path);
+                self.ah_owners.insert(ah, (client, pd));
+                Ok(Response::Ah(ah))
+            }
+            Request::DestroyAh { ah } => {
+                if self.ah_owners.get(&ah).map(|o| o.0) != Some(client) {
+                    return Err(none("address handle", ah));
+                }
+                self.ahs.remove(&ah);
+                self.ah_owners.remove(&ah);
+                Ok(Response::Done)
+            }
+            Request::Counters => Ok(Response::Counters(self.counters.snapshot())),
+            Request::Disconnect => {
+                self.forget_client(client);
+                Ok(Response::Done)
+            }
+        }
+    }
+
+    fn pd(&self, client: ClientId, pd: u32) -> Result<roce_hostmem::PdId, VerbsError> {
+        match self.pds.get(&pd) {
+            Some((id, owner)) if *owner == client => Ok(*id),
+            _ => Err(none("protection domain", pd)),
+        }
+    }
+
+    fn cq(&self, client: ClientId, cq: u32) -> Result<&Cq, VerbsError> {
+        self.cqs.get(cq).filter(|c| c.owner == client).ok_or(none("completion queue", cq))
+    }
+
+    fn qp(&self, client: ClientId, qpn: u32) -> Result<&Qp, VerbsError> {
+        qpn.checked_sub(FIRST_QPN)
+            .and_then(|i| self.qps.get(i as usize))
+            .and_then(|q| q.as_deref())
+            .filter(|q| q.owner == client)
+            .ok_or(none("QP", qpn))
+    }
+
+    /// Memory for a new ring set: private, or a named region hosts in other processes attach.
+    fn ring_region(&self, what: &str, size: usize) -> Result<Arc<Region>, VerbsError> {
+        Ok(Arc::new(match &self.rings {
+            RingMemory::Private => Region::anonymous(size)?,
+            RingMemory::Shared { prefix } => {
+                let name = format!("{prefix}-{what}");
+                // A region left by a crashed earlier run of the same NIC is stale: replace it.
+                let _ = Region::remove(&name);
+                Region::create(&name, size)?
+            }
+        }))
+    }
+
+    fn create_cq(&mut self, client: ClientId, entries: u32) -> Result<Response, VerbsError> {
+        if entries == 0 || entries > MAX_CQE {
+            return Err(VerbsError::Invalid(format!("a completion queue holds 1 to {MAX_CQE} entries, not {entries}")));
+        }
+        let geometry = Geometry::new(0, entries, CQE_SIZE);
+        let event = EventLine::new()?;
+        let cq = self.cqs.free_index();
+        let region = self.ring_region(&format!("cq{cq}"), geometry.bytes())?;
+        let ring = Ring::create(Arc::clone(&region), geometry)?;
+        self.cqs.put(Cq::new(cq, client, ring, Arc::clone(&event)));
+        Ok(Response::Cq {
+            cq,
+            ring: RingMap { region, geometry },
+            event,
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn create_qp(
+        &mut self,
+        client: ClientId,
+        pd: u32,
+        qp_type: QpType,
+        send_cq: u32,
+        recv_cq: u32,
+        cap: QpCap,
+        sq_sig_all: bool,
+    ) -> Result<Response, VerbsError> {
+        let pd_id = self.pd(client, pd)?;
+        self.cq(client, send_cq)?;
+        self.cq(client, recv_cq)?;
+        let limits = [
+            ("max_send_wr", cap.max_send_wr, MAX_QP_WR),
+            ("max_recv_wr", cap.max_recv_wr, MAX_QP_WR),
+            ("max_send_sge", cap.max_send_sge, MAX_SGE),
+            ("max_recv_sge", cap.max_recv_sge, MAX_SGE),
+            ("max_inline_data", cap.max_inline_data, MAX_INLINE),
+        ];
+        for (name, value, max) in limits {
+            if value > max {
+                return Err(VerbsError::Invalid(format!("{name} {value} is above the device limit {max}")));
+            }
+        }
+        let cap = QpCap {
+            max_send_wr: cap.max_send_wr.max(1),
+            max_recv_wr: cap.max_recv_wr.max(1),
+            max_send_sge: cap.max_send_sge.max(1),
+            max_recv_sge: cap.max_recv_sge.max(1),
+            max_inline_data: cap.max_inline_data,
+        };
+        let index = self.qps.iter().position(Option::is_none).unwrap_or(self.qps.len());
+        let qpn = FIRST_QPN + index as u32;
+        let (sq, rq) = ring_layout(&cap);
+        let region = self.ring_region(&format!("qp{qpn}"), rq.end())?;
+        let mut qp = Qp::new(qpn, qp_type, client, pd_id, send_cq, recv_cq, cap, Arc::clone(&region), sq_sig_all)?;
+        qp.rxe_compat = self.rxe_compat;
+        if qp_type == QpType::Ud {
+            qp.attrs.path_mtu = self.port.max_mtu;
+        }
+        let actual = QpCap {
+            max_send_wr: sq.capacity,
+            max_recv_wr: rq.capacity,
+            ..cap
+        };
+        if index == self.qps.len() {
+            self.qps.push(Some(Box::new(qp)));
+        } else {
+            self.qps[index] = Some(Box::new(qp));
+        }
+        info!(qpn, %qp_type, "QP created");
+        Ok(Response::Qp {
+            qpn,
+            cap: actual,
+            sq: RingMap { region: Arc::clone(&region), geometry: sq },
+            rq: RingMap { region, geometry: rq },
+        })
+    }
+
+    /// Destroys a QP: its outstanding work is dropped without completions, as with
+    /// `ibv_destroy_qp`.
+    fn destroy_qp(&mut self, qpn: u32) {
+        if let Some(slot) = qpn.checked_sub(FIRST_QPN).and_then(|i| self.qps.get_mut(i as usize)) {
+            slot.take();
+            info!(qpn, "QP destroyed");
+        }
+        if let RingMemory::Shared { prefix } = &self.rings {
+            let _ = Region::remove(&format!("{prefix}-qp{qpn}"));
+        }
+    }
+
+    /// Destroys every object of a host program that went away.
+    fn forget_client(&mut self, client: ClientId) {
+        let qpns: Vec<u32> = self.qps.iter().flatten().filter(|q| q.owner == client).map(|q| q.qpn).collect();
+        for qpn in qpns {
+            self.destroy_qp(qpn);
+        }
+        let cqns: Vec<u32> = self.cqs.iter().filter(|c| c.owner == client).map(|c| c.cqn).collect();
+        for cqn in cqns {
+            self.cqs.remove(cqn);
+            if let RingMemory::Shared { prefix } = &self.rings {
+                let _ = Region::remove(&format!("{prefix}-cq{cqn}"));
+            }
+        }
+        self.ah_owners.retain(|ah, (owner, _)| {
+            let keep = *owner != client;
+            if !keep {
+                self.ahs.remove(ah);
+            }
+            keep
+        });
+        let lkeys: Vec<u32> = self.mr_owners.iter().filter(|(_, o)| **o == client).map(|(k, _)| *k).collect();
+        for lkey in lkeys {
+            let _ = self.mrs.deregister(lkey);
+            self.mr_owners.remove(&lkey);
+        }
+        let pds: Vec<u32> = self.pds.iter().filter(|(_, (_, o))| *o == client).map(|(h, _)| *h).collect();
+        for pd in pds {
+            if let Some((id, _)) = self.pds.remove(&pd) {
+                let _ = self.mrs.dealloc_pd(id);
+            }
+        }
+        debug!(client, "client's objects destroyed");
+    }
+}

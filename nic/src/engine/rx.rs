@@ -1,0 +1,109 @@
+//! A frame's way in: parse, check that it is ours and that its ICRC holds, find the QP, and hand
+//! the packet to the responder (requests) or the completer (responses).
+
+use std::net::IpAddr;
+use std::time::Instant;
+
+use roce_wire::{Error as WireError, Frame, NetworkRepr, Transport};
+use tracing::{debug, trace, trace_span};
+
+use super::{Engine, FIRST_QPN};
+use crate::counters;
+use crate::transport::{completer, responder, Ctx};
+use crate::verbs::types::QpType;
+
+impl Engine {
+    pub(super) fn handle_frame(&mut self, bytes: &[u8]) {
+        let c = &self.counters;
+        counters::bump(&c.rx_frames);
+        counters::add(&c.rx_bytes, bytes.len() as u64);
+        let frame = match Frame::parse(bytes) {
+            Ok(frame) => frame,
+            Err(WireError::NotRoce(why)) => {
+                counters::bump(&c.rx_not_roce);
+                trace!(%why, "not RoCE");
+                return;
+            }
+            Err(e) => {
+                counters::bump(&c.rx_malformed);
+                debug!(error = %e, "malformed RoCE frame dropped");
+                return;
+            }
+        };
+        let bth = frame.repr.bth;
+        let span = trace_span!("rx", qpn = bth.dest_qp, psn = bth.psn, opcode = %bth.opcode);
+        let _enter = span.enter();
+        trace!(len = bytes.len(), "frame in: headers parsed");
+        if !self.is_for_us(&frame) {
+            counters::bump(&c.rx_not_for_us);
+            trace!("addressed to another NIC");
+            return;
+        }
+        let icrc = frame.icrc();
+        if !icrc.is_ok() {
+            counters::bump(&c.rx_icrc_errors);
+            debug!(expected = format_args!("{:#010x}", icrc.expected), found = format_args!("{:#010x}", icrc.found), "bad ICRC: packet dropped");
+            return;
+        }
+        trace!("ICRC ok");
+        if bth.p_key != roce_wire::bth::DEFAULT_P_KEY || bth.tver != 0 {
+            counters::bump(&c.rx_bad_pkey);
+            debug!(p_key = bth.p_key, tver = bth.tver, "P_Key or TVer not accepted");
+            return;
+        }
+        let transport = bth.opcode.transport();
+        if transport == Transport::Cnp {
+            // Congestion control is not modelled: a CNP is noted and dropped.
+            trace!("CNP received");
+            return;
+        }
+        let qpn = bth.dest_qp;
+        let Some(qp) = qpn
+            .checked_sub(FIRST_QPN)
+            .and_then(|i| self.qps.get_mut(i as usize))
+            .and_then(|q| q.as_deref_mut())
+        else {
+            counters::bump(&c.rx_unknown_qp);
+            debug!("no such QP: dropped");
+            return;
+        };
+        let fits = matches!(
+            (qp.qp_type, transport),
+            (QpType::Rc, Transport::Rc) | (QpType::Uc, Transport::Uc) | (QpType::Ud, Transport::Ud)
+        );
+        if !fits {
+            counters::bump(&c.rx_wrong_transport);
+            debug!(qp_type = %qp.qp_type, "opcode of another transport: dropped");
+            return;
+        }
+        let mut ctx = Ctx {
+            mrs: &mut self.mrs,
+            ahs: &self.ahs,
+            cqs: &mut self.cqs,
+            tx: &mut self.tx,
+            counters: &self.counters,
+            now: Instant::now(),
+        };
+        if bth.opcode.kind().is_response() {
+            completer::on_response(qp, &mut ctx, &bth, &frame.repr.ext, frame.payload());
+        } else {
+            responder::on_request(qp, &mut ctx, &frame);
+            if qp.recv.has_ack_pending() && !self.acks_due.contains(&qpn) {
+                self.acks_due.push(qpn);
+            }
+        }
+    }
+
+    /// Whether the frame is addressed to this NIC's MAC and one of its IP addresses.
+    fn is_for_us(&self, frame: &Frame<'_>) -> bool {
+        if frame.repr.ethernet.is_some_and(|e| e.dst != self.port.mac) {
+            return false;
+        }
+        let dst: IpAddr = match frame.repr.network {
+            NetworkRepr::Ipv4 { dst, .. } => dst.into(),
+            NetworkRepr::Ipv6 { dst, .. } => dst.into(),
+            NetworkRepr::Grh { .. } => return false,
+        };
+        self.local_ips.contains(&dst)
+    }
+}

@@ -1,0 +1,351 @@
+//! The completer: matches what comes back — ACKs, NAKs, READ responses, atomic ACKs — to the
+//! outstanding send requests, places READ data and atomic results in the requester's memory,
+//! retires requests in order and writes their completions. It also owns recovery: go-back-N on a
+//! sequence NAK, a lost response or a timeout; waiting out an RNR NAK; failing the QP with the
+//! right status when the retries run out.
+
+use roce_wire::aeth::{self, NakCode, Syndrome};
+use roce_wire::{bth, Extensions, Kind};
+use tracing::{debug, info, trace};
+
+use super::requester::retransmit_timeout;
+use super::{psn, scatter, Ctx};
+use crate::counters;
+use crate::qp::Qp;
+use crate::verbs::types::{QpType, SendOp, Wc, WcStatus};
+
+/// Handles a response packet (ACK, READ response, atomic ACK) for an RC QP.
+pub fn on_response(qp: &mut Qp, ctx: &mut Ctx<'_>, bth: &bth::Repr, ext: &Extensions, payload: &[u8]) {
+    let p = bth.psn;
+    // Anything outside [una, high] answers nothing we are waiting for.
+    if psn::before(p, qp.send.una) || psn::before(qp.send.high, p) {
+        counters::bump(&ctx.counters.rx_stale_responses);
+        trace!(una = qp.send.una, high = qp.send.high, "stale response");
+        return;
+    }
+    let kind = bth.opcode.kind();
+    let syndrome = ext.aeth.map(|a| a.syndrome);
+    match (kind, syndrome) {
+        (Kind::Acknowledge, Some(Syndrome::Ack { .. })) => {
+            counters::bump(&ctx.counters.acks_received);
+            if p == qp.send.high {
+                counters::bump(&ctx.counters.rx_stale_responses);
+                return;
+            }
+            on_ack(qp, ctx, p);
+        }
+        (Kind::Acknowledge, Some(Syndrome::RnrNak { timer })) => on_rnr_nak(qp, ctx, p, timer),
+        (Kind::Acknowledge, Some(Syndrome::Nak(code))) => on_nak(qp, ctx, p, code),
+        (Kind::AtomicAcknowledge, _) => {
+            let original = ext.atomic_ack_eth.map_or(0, |a| a.original);
+            on_atomic_ack(qp, ctx, p, original);
+        }
+        (k, _) if k.is_read_response() => on_read_response(qp, ctx, p, k, payload),
+        _ => counters::bump(&ctx.counters.rx_stale_responses),
+    }
+}
+
+/// Everything up to and including PSN `p` was executed by the responder.
+fn on_ack(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32) {
+    retire_through(qp, ctx, p);
+    // A READ or atomic the responder has executed but whose answer we lack: the answer was lost.
+    if let Some(missing) = head_read_expected(qp) {
+        if !psn::before(p, missing) {
+            go_back(qp, ctx, missing, "answer to a READ or atomic lost");
+        }
+    }
+    advance_una(qp, ctx, psn::add(p, 1));
+}
+
+/// Retires, in order, the SEND and WRITE requests whose last PSN is `p` or before, and fails
+/// the QP if the request at the head had failed locally.
+fn retire_through(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32) {
+    while !qp.sq.is_empty() {
+        let head = qp.sq.entry(qp.sq.head);
+        if let Some(status) = head.failed {
+            fail_head(qp, ctx, status);
+            return;
+        }
+        if !head.assigned || head.wqe.op.is_read_or_atomic() || psn::before(p, head.last_psn()) {
+            return;
+        }
+        complete_head(qp, ctx, WcStatus::Success);
+    }
+}
+
+/// For a READ or atomic at the head, the PSN of the next answer it waits for.
+fn head_read_expected(qp: &Qp) -> Option<u32> {
+    if qp.sq.is_empty() {
+        return None;
+    }
+    let head = qp.sq.entry(qp.sq.head);
+    (head.assigned && head.wqe.op.is_read_or_atomic())
+        .then(|| psn::add(head.first_psn, head.responses))
+}
+
+/// Moves the oldest unacknowledged PSN forward to `to` (never past an unanswered READ), and
+/// rearms the retransmission timer on progress.
+fn advance_una(qp: &mut Qp, ctx: &mut Ctx<'_>, to: u32) {
+    let mut to = to;
+    if let Some(expected) = head_read_expected(qp) {
+        if psn::before(expected, to) {
+            to = expected;
+        }
+    }
+    if psn::before(qp.send.high, to) {
+        to = qp.send.high;
+    }
+    if !psn::before(qp.send.una, to) {
+        return;
+    }
+    qp.send.una = to;
+    qp.send.retry_left = qp.attrs.retry_cnt;
+    if let Some(r) = qp.send.recovering {
+        if !psn::before(to, r) {
+            qp.send.recovering = None;
+        }
+    }
+    qp.send.timer = if qp.send.una == qp.send.high {
+        None
+    } else {
+        retransmit_timeout(qp.attrs.timeout).map(|t| ctx.now + t)
+    };
+}
+
+fn on_nak(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, code: NakCode) {
+    let c = ctx.counters;
+    counters::bump(match code {
+        NakCode::PSN_SEQUENCE_ERROR => &c.naks_received_psn_sequence,
+        NakCode::INVALID_REQUEST => &c.naks_received_invalid_request,
+        NakCode::REMOTE_ACCESS_ERROR => &c.naks_received_remote_access,
+        _ => &c.naks_received_remote_operational,
+    });
+    info!(qpn = qp.qpn, psn = p, nak = %code, "NAK received");
+    // A NAK for PSN p acknowledges everything before it.
+    retire_through(qp, ctx, psn::add(p, psn::MASK));
+    advance_una(qp, ctx, p);
+    if qp.sq.is_empty() {
+        return;
+    }
+    match code {
+        NakCode::PSN_SEQUENCE_ERROR => {
+            if qp.send.rnr_wait.is_some() || qp.send.recovering == Some(p) {
+                return;
+            }
+            if !use_retry(qp) {
+                fail_head(qp, ctx, WcStatus::RetryExcErr);
+                return;
+            }
+            go_back(qp, ctx, p, "PSN sequence error");
+        }
+        NakCode::INVALID_REQUEST => fail_head(qp, ctx, WcStatus::RemInvReqErr),
+        NakCode::REMOTE_ACCESS_ERROR => fail_head(qp, ctx, WcStatus::RemAccessErr),
+        _ => fail_head(qp, ctx, WcStatus::RemOpErr),
+    }
+}
+
+fn on_rnr_nak(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, timer: u8) {
+    counters::bump(&ctx.counters.rnr_naks_received);
+    retire_through(qp, ctx, psn::add(p, psn::MASK));
+    advance_una(qp, ctx, p);
+    if qp.sq.is_empty() {
+        return;
+    }
+    if qp.send.rnr_left == 0 {
+        fail_head(qp, ctx, WcStatus::RnrRetryExcErr);
+        return;
+    }
+    // 7 means retry for ever (IBTA 9.7.5.2.8).
+    if qp.attrs.rnr_retry != 7 {
+        qp.send.rnr_left -= 1;
+    }
+    let wait = aeth::rnr_timer(timer);
+    info!(qpn = qp.qpn, psn = p, wait_us = wait.as_micros() as u64, "RNR NAK: the peer has no receive posted; waiting");
+    qp.send.rnr_wait = Some((ctx.now + wait, p));
+    qp.send.timer = None;
+}
+
+fn on_read_response(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, kind: Kind, payload: &[u8]) {
+    // A READ response acknowledges every request before the READ.
+    retire_through(qp, ctx, psn::add(p, psn::MASK));
+    if qp.sq.is_empty() {
+        counters::bump(&ctx.counters.rx_stale_responses);
+        return;
+    }
+    let head_index = qp.sq.head;
+    let head = qp.sq.entry(head_index);
+    let SendOp::RdmaRead { .. } = head.wqe.op else {
+        counters::bump(&ctx.counters.rx_stale_responses);
+        return;
+    };
+    if !head.covers(p) {
+        counters::bump(&ctx.counters.rx_stale_responses);
+        return;
+    }
+    let expected = psn::add(head.first_psn, head.responses);
+    if p != expected {
+        if psn::before(p, expected) {
+            counters::bump(&ctx.counters.rx_stale_responses);
+        } else if qp.send.recovering != Some(expected) {
+            go_back(qp, ctx, expected, "READ response missing");
+        }
+        return;
+    }
+    let mtu = u64::from(qp.attrs.path_mtu.bytes());
+    let offset = u64::from(head.responses) * mtu;
+    let remaining = head.wqe.length - offset;
+    let last = head.responses + 1 == head.npkts;
+    let kind_ok = match (head.responses == 0, last) {
+        (true, true) => kind == Kind::ReadResponseOnly,
+        (true, false) => kind == Kind::ReadResponseFirst,
+        (false, true) => kind == Kind::ReadResponseLast,
+        (false, false) => kind == Kind::ReadResponseMiddle,
+    };
+    let len_ok = payload.len() as u64 == remaining.min(mtu);
+    if !kind_ok || !len_ok {
+        debug!(?kind, len = payload.len(), "READ response out of shape");
+        fail_head(qp, ctx, WcStatus::BadRespErr);
+        return;
+    }
+    if let Err(e) = scatter(ctx.mrs, qp.pd, &head.wqe.sges, offset, payload) {
+        debug!(error = %e, "READ response data cannot be placed");
+        fail_head(qp, ctx, WcStatus::LocProtErr);
+        return;
+    }
+    counters::add(&ctx.counters.dma_write_bytes, payload.len() as u64);
+    trace!(offset, len = payload.len(), "READ response data placed");
+    qp.sq.entry_mut(head_index).responses += 1;
+    if last {
+        complete_head(qp, ctx, WcStatus::Success);
+    }
+    advance_una(qp, ctx, psn::add(p, 1));
+}
+
+fn on_atomic_ack(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, original: u64) {
+    retire_through(qp, ctx, psn::add(p, psn::MASK));
+    if qp.sq.is_empty() {
+        counters::bump(&ctx.counters.rx_stale_responses);
+        return;
+    }
+    let head = qp.sq.entry(qp.sq.head);
+    if !head.wqe.op.is_atomic() || !head.assigned || head.first_psn != p || head.responses != 0 {
+        if head.wqe.op.is_read_or_atomic() && head.assigned && psn::before(head.first_psn, p) {
+            let expected = psn::add(head.first_psn, head.responses);
+            if qp.send.recovering != Some(expected) {
+                go_back(qp, ctx, expected, "atomic or READ answer missing");
+            }
+        } else {
+            counters::bump(&ctx.counters.rx_stale_responses);
+        }
+        return;
+    }
+    if let Err(e) = scatter(ctx.mrs, qp.pd, &head.wqe.sges, 0, &original.to_ne_bytes()) {
+        debug!(error = %e, "atomic result cannot be placed");
+        fail_head(qp, ctx, WcStatus::LocProtErr);
+        return;
+    }
+    trace!(original, "atomic result placed");
+    let head_index = qp.sq.head;
+    qp.sq.entry_mut(head_index).responses = 1;
+    complete_head(qp, ctx, WcStatus::Success);
+    advance_una(qp, ctx, psn::add(p, 1));
+}
+
+/// The retransmission timer and the RNR wait.
+pub fn on_timers(qp: &mut Qp, ctx: &mut Ctx<'_>) {
+    if let Some((at, p)) = qp.send.rnr_wait {
+        if ctx.now >= at {
+            qp.send.rnr_wait = None;
+            counters::bump(&ctx.counters.rnr_retries);
+            debug!(qpn = qp.qpn, psn = p, "RNR wait over: sending again");
+            if qp.sq.rewind_to(p) {
+                qp.send.recovering = Some(p);
+            }
+        }
+    }
+    let Some(at) = qp.send.timer else { return };
+    if ctx.now < at {
+        return;
+    }
+    if qp.send.una == qp.send.high || qp.sq.is_empty() {
+        qp.send.timer = None;
+        return;
+    }
+    counters::bump(&ctx.counters.retransmit_timeouts);
+    if !use_retry(qp) {
+        info!(qpn = qp.qpn, "retransmission retries exhausted");
+        fail_head(qp, ctx, WcStatus::RetryExcErr);
+        return;
+    }
+    let from = qp.send.una;
+    info!(qpn = qp.qpn, psn = from, retries_left = qp.send.retry_left, "retransmission timeout: going back");
+    if qp.sq.rewind_to(from) {
+        qp.send.recovering = Some(from);
+    }
+    qp.send.timer = retransmit_timeout(qp.attrs.timeout).map(|t| ctx.now + t);
+}
+
+/// Takes one retry from the budget; false when none is left.
+fn use_retry(qp: &mut Qp) -> bool {
+    if qp.send.retry_left == 0 {
+        return false;
+    }
+    if !(qp.attrs.retry_cnt == 7 && qp.rxe_compat) {
+        qp.send.retry_left -= 1;
+    }
+    true
+}
+
+fn go_back(qp: &mut Qp, ctx: &mut Ctx<'_>, from: u32, why: &str) {
+    debug!(qpn = qp.qpn, psn = from, why, "go-back-N");
+    if qp.sq.rewind_to(from) {
+        qp.send.recovering = Some(from);
+        qp.send.timer = retransmit_timeout(qp.attrs.timeout).map(|t| ctx.now + t);
+    }
+}
+
+/// Completes the head request with `status` and retires it.
+pub fn complete_head(qp: &mut Qp, ctx: &mut Ctx<'_>, status: WcStatus) {
+    let head = qp.sq.entry(qp.sq.head);
+    if head.rd_counted {
+        qp.send.rd_outstanding = qp.send.rd_outstanding.saturating_sub(1);
+    }
+    if head.wqe.signaled() || status != WcStatus::Success || qp.sq_sig_all {
+        let wc = Wc {
+            wr_id: head.wqe.wr_id,
+            status,
+            opcode: head.wqe.op.wc_opcode(),
+            byte_len: if status == WcStatus::Success { head.wqe.length as u32 } else { 0 },
+            imm_data: 0,
+            qp_num: qp.qpn,
+            src_qp: 0,
+            wc_flags: 0,
+        };
+        ctx.cqs.complete(qp.send_cq, &wc, ctx.counters);
+    }
+    trace!(qpn = qp.qpn, wr_id = head.wqe.wr_id, %status, "send request completed");
+    qp.sq.retire_head();
+}
+
+/// Completes the head request with an error and moves the QP to the error state.
+pub fn fail_head(qp: &mut Qp, ctx: &mut Ctx<'_>, status: WcStatus) {
+    info!(qpn = qp.qpn, %status, "send request failed: QP to error");
+    complete_head(qp, ctx, status);
+    qp.enter_error(ctx);
+}
+
+/// UC and UD: a request is complete once sent. Retires the fully sent (or failed) head requests.
+pub fn retire_unacknowledged(qp: &mut Qp, ctx: &mut Ctx<'_>) {
+    debug_assert!(qp.qp_type != QpType::Rc);
+    while !qp.sq.is_empty() {
+        let head = qp.sq.entry(qp.sq.head);
+        if let Some(status) = head.failed {
+            fail_head(qp, ctx, status);
+            return;
+        }
+        if !head.fully_sent() {
+            return;
+        }
+        complete_head(qp, ctx, WcStatus::Success);
+    }
+}

@@ -1,0 +1,332 @@
+//! The requester: turns send work requests into packets. It segments messages by the path MTU
+//! into FIRST/MIDDLE/LAST or ONLY packets with the right extension headers, numbers them with
+//! 24-bit PSNs, asks for acknowledgement on the last packet of a message (and every
+//! [`ACK_REQ_EVERY`] packets), keeps at most [`WINDOW`] packets unacknowledged and at most
+//! max_rd_atomic READs and atomics outstanding, and arms the retransmission timer. Go-back-N
+//! rewinds it (see [`super::send_queue::SendQueue::rewind_to`]); it then simply sends again.
+
+use std::time::{Duration, Instant};
+
+use roce_wire::{
+    atomic_eth, bth, deth, immdt, ieth, reth, Extensions, Kind, Opcode, Transport,
+};
+use tracing::{debug, trace, trace_span};
+
+use super::{gather, psn, Ctx, Path};
+use crate::counters;
+use crate::qp::Qp;
+use crate::verbs::types::{QpState, QpType, SendFlags, SendOp, WcStatus};
+
+/// Packets that may be unacknowledged at once.
+pub const WINDOW: u32 = 256;
+/// Even inside a long message, ask for an ACK this often so the window keeps moving.
+pub const ACK_REQ_EVERY: u32 = 64;
+
+/// Send-side state of a QP shared by the requester and the completer.
+#[derive(Debug, Clone, Default)]
+pub struct SendState {
+    /// Next PSN to give a new request.
+    pub psn: u32,
+    /// One past the highest PSN ever sent: packets before it are retransmissions.
+    pub high: u32,
+    /// Oldest PSN not yet acknowledged.
+    pub una: u32,
+    /// READs and atomics sent and not yet completed.
+    pub rd_outstanding: u32,
+    /// Packets sent since the last one with AckReq.
+    pub since_ack_req: u32,
+    /// When the retransmission timer fires (RC, while packets are unacknowledged).
+    pub timer: Option<Instant>,
+    /// Retries left after timeouts and sequence NAKs before the QP fails.
+    pub retry_left: u8,
+    /// RNR retries left (7 = infinite).
+    pub rnr_left: u8,
+    /// Waiting out an RNR NAK: resend from this PSN at this time.
+    pub rnr_wait: Option<(Instant, u32)>,
+    /// A go-back-N is under way from this PSN; further out-of-order answers are ignored until
+    /// the answer to it arrives.
+    pub recovering: Option<u32>,
+}
+
+/// The retransmission timeout of the `timeout` attribute: 4.096 µs × 2^timeout (0 = none).
+pub fn retransmit_timeout(timeout: u8) -> Option<Duration> {
+    (timeout != 0).then(|| Duration::from_nanos(4096u64 << timeout.min(31)))
+}
+
+/// Checks a fetched request against the QP before it is accepted.
+pub fn check(qp_type: QpType, mtu: u32, op: &SendOp, length: u64, has_ud: bool) -> Option<WcStatus> {
+    let allowed = match qp_type {
+        QpType::Rc => true,
+        QpType::Uc => !op.is_read_or_atomic(),
+        QpType::Ud => matches!(op, SendOp::Send | SendOp::SendWithImm { .. }) && has_ud,
+    };
+    if !allowed {
+        return Some(WcStatus::LocQpOpErr);
+    }
+    if qp_type == QpType::Ud && length > u64::from(mtu) {
+        return Some(WcStatus::LocLenErr);
+    }
+    None
+}
+
+/// Sends what the send queue holds, up to `budget` packets. Returns the packets sent.
+pub fn run(qp: &mut Qp, ctx: &mut Ctx<'_>, budget: usize) -> usize {
+    if !matches!(qp.state, QpState::Rts) || qp.send.rnr_wait.is_some() {
+        return 0;
+    }
+    let mut sent = 0;
+    while sent < budget && qp.sq.next != qp.sq.fetched {
+        let index = qp.sq.next;
+        let entry = qp.sq.entry(index);
+        if entry.failed.is_some() {
+            // Completes (with its error) once everything before it has; nothing after it goes.
+            if qp.qp_type != QpType::Rc {
+                super::completer::retire_unacknowledged(qp, ctx);
+            }
+            break;
+        }
+        if !entry.assigned {
+            let op = entry.wqe.op;
+            if op.is_read_or_atomic() && qp.send.rd_outstanding >= u32::from(qp.attrs.max_rd_atomic.max(1)) {
+                break;
+            }
+            if entry.wqe.flags.contains(SendFlags::FENCE) && qp.send.rd_outstanding > 0 {
+                break;
+            }
+            let mtu = qp.attrs.path_mtu.bytes();
+            let npkts = match op {
+                _ if op.is_atomic() => 1,
+                _ => entry.wqe.length.div_ceil(u64::from(mtu)).max(1) as u32,
+            };
+            let first_psn = qp.send.psn;
+            let e = qp.sq.entry_mut(index);
+            e.first_psn = first_psn;
+            e.npkts = npkts;
+            e.assigned = true;
+            qp.send.psn = psn::add(first_psn, npkts);
+        }
+        let entry = qp.sq.entry(index);
+        let packet_psn = psn::add(entry.first_psn, entry.sent);
+        if qp.qp_type == QpType::Rc && psn::diff(packet_psn, qp.send.una) >= WINDOW as i32 {
+            break;
+        }
+        if let Err(status) = send_packet(qp, ctx, index) {
+            qp.sq.entry_mut(index).failed = Some(status);
+            continue;
+        }
+        sent += 1;
+        let entry = qp.sq.entry(index);
+        if entry.fully_sent() {
+            qp.sq.next = index.wrapping_add(1);
+            if qp.qp_type != QpType::Rc {
+                super::completer::retire_unacknowledged(qp, ctx);
+            }
+        }
+    }
+    if sent > 0 && qp.qp_type == QpType::Rc && qp.send.timer.is_none() {
+        qp.send.timer = retransmit_timeout(qp.attrs.timeout).map(|t| ctx.now + t);
+    }
+    sent
+}
+
+/// The opcode of packet `n` of `npkts` of a request.
+fn opcode(qp_type: QpType, op: &SendOp, n: u32, npkts: u32) -> Opcode {
+    let first = n == 0;
+    let last = n + 1 >= npkts;
+    let only = first && last;
+    use Kind::*;
+    let kind = match *op {
+        SendOp::Send => pick(only, first, last, SendOnly, SendFirst, SendLast),
+        SendOp::SendWithImm { .. } => pick(only, first, last, SendOnlyImm, SendFirst, SendLastImm),
+        SendOp::SendWithInv { .. } => pick(only, first, last, SendOnlyInv, SendFirst, SendLastInv),
+        SendOp::RdmaWrite { .. } => pick(only, first, last, WriteOnly, WriteFirst, WriteLast),
+        SendOp::RdmaWriteWithImm { .. } => {
+            pick(only, first, last, WriteOnlyImm, WriteFirst, WriteLastImm)
+        }
+        SendOp::RdmaRead { .. } => ReadRequest,
+        SendOp::AtomicCmpAndSwp { .. } => CompareSwap,
+        SendOp::AtomicFetchAndAdd { .. } => FetchAdd,
+    };
+    let middle_kind = match kind {
+        SendFirst if !first => SendMiddle,
+        WriteFirst if !first => WriteMiddle,
+        k => k,
+    };
+    let transport = match qp_type {
+        QpType::Rc => Transport::Rc,
+        QpType::Uc => Transport::Uc,
+        QpType::Ud => Transport::Ud,
+    };
+    // `check` refused every request the transport cannot carry.
+    Opcode::new(transport, middle_kind).unwrap_or(Opcode::CNP)
+}
+
+fn pick(only: bool, first: bool, last: bool, o: Kind, f: Kind, l: Kind) -> Kind {
+    if only {
+        o
+    } else if last {
+        l
+    } else if first {
+        f
+    } else {
+        // MIDDLE: the FIRST kind, turned into its middle form by the caller.
+        f
+    }
+}
+
+/// Builds and sends the next packet of request `index`.
+fn send_packet(qp: &mut Qp, ctx: &mut Ctx<'_>, index: u32) -> Result<(), WcStatus> {
+    let mtu = qp.attrs.path_mtu.bytes();
+    let entry = qp.sq.entry(index);
+    let wqe = &entry.wqe;
+    let n = entry.sent;
+    let packet_psn = psn::add(entry.first_psn, n);
+    let opcode = opcode(qp.qp_type, &wqe.op, n, entry.npkts);
+    let last = n + 1 >= entry.npkts || wqe.op.is_read_or_atomic();
+    let span = trace_span!("tx", qpn = qp.qpn, psn = packet_psn, opcode = %opcode);
+    let _enter = span.enter();
+
+    let mut ext = Extensions::default();
+    let offset = u64::from(n) * u64::from(mtu);
+    let mut payload_len = 0usize;
+    let mut dest_qp = qp.attrs.dest_qp_num;
+    let mut path = qp.path;
+    match wqe.op {
+        SendOp::RdmaRead { remote_addr, rkey } => {
+            ext.reth = Some(reth::Repr {
+                va: remote_addr.wrapping_add(offset),
+                r_key: rkey,
+                dma_len: wqe.length.saturating_sub(offset) as u32,
+            });
+        }
+        SendOp::AtomicCmpAndSwp {
+            remote_addr,
+            rkey,
+            compare,
+            swap,
+        } => {
+            ext.atomic_eth = Some(atomic_eth::Repr {
+                va: remote_addr,
+                r_key: rkey,
+                swap_add: swap,
+                compare,
+            })
+        }
+        SendOp::AtomicFetchAndAdd {
+            remote_addr,
+            rkey,
+            add,
+        } => {
+            ext.atomic_eth = Some(atomic_eth::Repr {
+                va: remote_addr,
+                r_key: rkey,
+                swap_add: add,
+                compare: 0,
+            })
+        }
+        op => {
+            payload_len = (wqe.length - offset).min(u64::from(mtu)) as usize;
+            let headers = opcode.headers();
+            if headers.contains(roce_wire::Headers::RETH) {
+                if let SendOp::RdmaWrite { remote_addr, rkey }
+                | SendOp::RdmaWriteWithImm {
+                    remote_addr, rkey, ..
+                } = op
+                {
+                    ext.reth = Some(reth::Repr {
+                        va: remote_addr,
+                        r_key: rkey,
+                        dma_len: wqe.length as u32,
+                    });
+                }
+            }
+            if headers.contains(roce_wire::Headers::IMMDT) {
+                if let SendOp::SendWithImm { imm } | SendOp::RdmaWriteWithImm { imm, .. } = op {
+                    ext.immdt = Some(immdt::Repr { imm });
+                }
+            }
+            if headers.contains(roce_wire::Headers::IETH) {
+                if let SendOp::SendWithInv { rkey } = op {
+                    ext.ieth = Some(ieth::Repr { r_key: rkey });
+                }
+            }
+        }
+    }
+    if let Some(ud) = wqe.ud {
+        let Some(ah) = ctx.ahs.get(&ud.ah) else {
+            return Err(WcStatus::LocQpOpErr);
+        };
+        path = Some(ah.with_udp_src_port(super::udp_src_port(0, qp.qpn, ud.remote_qpn)));
+        dest_qp = ud.remote_qpn;
+        let q_key = if ud.remote_qkey & 0x8000_0000 != 0 {
+            qp.attrs.qkey
+        } else {
+            ud.remote_qkey
+        };
+        ext.deth = Some(deth::Repr {
+            q_key,
+            src_qp: qp.qpn,
+        });
+    }
+    let Some(path) = path else {
+        return Err(WcStatus::LocQpOpErr);
+    };
+
+    let mut bth = bth::Repr::new(opcode, dest_qp, packet_psn);
+    let ack_every = qp.send.since_ack_req + 1 >= ACK_REQ_EVERY;
+    bth.ack_req = qp.qp_type == QpType::Rc && (last || ack_every);
+    // The solicited event bit goes on the packet that completes a receive at the peer.
+    bth.solicited = last
+        && wqe.flags.contains(SendFlags::SOLICITED)
+        && matches!(
+            wqe.op,
+            SendOp::Send | SendOp::SendWithImm { .. } | SendOp::SendWithInv { .. } | SendOp::RdmaWriteWithImm { .. }
+        );
+    let repr = path.frame(bth, ext, payload_len);
+
+    let pd = qp.pd;
+    let inline = wqe.is_inline();
+    let result = ctx.tx.send(&repr, |dst| {
+        if dst.is_empty() {
+            return Ok(());
+        }
+        if inline {
+            let start = offset as usize;
+            dst.copy_from_slice(&wqe.inline[start..start + dst.len()]);
+            Ok(())
+        } else {
+            gather(ctx.mrs, pd, &wqe.sges, offset, dst)
+        }
+    });
+    if let Err(e) = result {
+        debug!(error = %e, "local memory of a send request is not accessible");
+        return Err(WcStatus::LocProtErr);
+    }
+    if payload_len > 0 {
+        counters::add(&ctx.counters.dma_read_bytes, payload_len as u64);
+    }
+    trace!(payload = payload_len, ack_req = bth.ack_req, "packet sent");
+    qp.send.since_ack_req = if bth.ack_req { 0 } else { qp.send.since_ack_req + 1 };
+    let end = if wqe.op.is_read_or_atomic() {
+        psn::add(packet_psn, qp.sq.entry(index).npkts - n)
+    } else {
+        psn::add(packet_psn, 1)
+    };
+    if psn::before(packet_psn, qp.send.high) {
+        counters::bump(&ctx.counters.retransmitted_packets);
+    }
+    if psn::before(qp.send.high, end) {
+        qp.send.high = end;
+    }
+    let entry = qp.sq.entry_mut(index);
+    if entry.wqe.op.is_read_or_atomic() {
+        entry.sent = entry.npkts;
+        if !entry.rd_counted {
+            entry.rd_counted = true;
+            qp.send.rd_outstanding += 1;
+        }
+    } else {
+        entry.sent += 1;
+    }
+    Ok(())
+}

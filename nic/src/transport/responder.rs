@@ -1,0 +1,707 @@
+//! The responder: executes the requests a peer sends. It checks each packet's PSN (expected,
+//! duplicate, ahead), the opcode sequence, the QP's access rights and the lengths; resolves
+//! R_Keys through the memory tables and writes or reads the target's mapped memory directly —
+//! no host code runs; places SENDs into posted receives; and answers: coalesced ACKs, READ
+//! responses segmented by the MTU, atomic ACKs, and the NAK the IBTA prescribes for each error
+//! (sequence error once per gap, invalid request, remote access error, remote operational error,
+//! RNR when a SEND finds no receive posted). Duplicates are re-acknowledged, never re-executed:
+//! READs are answered again from memory and atomics from their saved result.
+
+use std::collections::VecDeque;
+
+use roce_hostmem::{Access, AccessError};
+use roce_wire::aeth::{self, NakCode, Syndrome};
+use roce_wire::{atomic_ack_eth, bth, Extensions, Frame, Kind, Opcode, Transport};
+use tracing::{debug, info, trace, trace_span};
+
+use super::{psn, scatter, Ctx};
+use crate::counters;
+use crate::qp::Qp;
+use crate::verbs::types::{wc_flags, QpState, QpType, Wc, WcOpcode, WcStatus};
+use crate::wqe::RecvWqe;
+
+/// READ response packets sent per reply before the engine turns to other work.
+pub const REPLY_BURST: usize = 32;
+
+/// A message being received across several packets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum InMessage {
+    Send,
+    Write { rkey: u32, va: u64, len: u64, offset: u64 },
+}
+
+/// What a responder remembers of a READ or atomic, to answer its duplicates (the responder
+/// resources of max_dest_rd_atomic).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Resource {
+    Read { first_psn: u32, npkts: u32, va: u64, rkey: u32, len: u64 },
+    Atomic { psn: u32, original: u64 },
+}
+
+/// READ response packets still to send.
+#[derive(Debug, Clone, Copy)]
+struct ReadReply {
+    first_psn: u32,
+    va: u64,
+    rkey: u32,
+    len: u64,
+    /// Next byte to send.
+    offset: u64,
+}
+
+/// Receive-side state of a QP.
+#[derive(Debug, Default)]
+pub struct RecvState {
+    /// Expected PSN.
+    pub epsn: u32,
+    /// Messages completed (24 bits).
+    pub msn: u32,
+    /// A sequence or RNR NAK was sent; later packets ahead of `epsn` are dropped silently until
+    /// the requester goes back.
+    nak_sent: bool,
+    in_message: Option<InMessage>,
+    /// The receive being filled (valid while `recv_active`), and how far.
+    recv: RecvWqe,
+    recv_active: bool,
+    recv_offset: u64,
+    resources: VecDeque<Resource>,
+    replies: VecDeque<ReadReply>,
+    /// Highest PSN owed an ACK (sent once per batch of received frames).
+    ack_pending: Option<u32>,
+    /// UC: a packet was lost; drop everything until the next message starts.
+    uc_dropping: bool,
+    slot: Vec<u8>,
+}
+
+impl RecvState {
+    pub fn new(epsn: u32, recv_slot: usize, cap: &crate::verbs::types::QpCap) -> RecvState {
+        RecvState {
+            epsn,
+            recv: RecvWqe::with_capacity(cap),
+            slot: vec![0; recv_slot],
+            ..RecvState::default()
+        }
+    }
+
+    /// Whether READ responses are waiting to be sent.
+    pub fn has_replies(&self) -> bool {
+        !self.replies.is_empty()
+    }
+
+    pub fn has_ack_pending(&self) -> bool {
+        self.ack_pending.is_some()
+    }
+}
+
+/// How a request is refused.
+enum Refuse {
+    Nak(NakCode),
+    /// RNR NAK: no receive posted.
+    Rnr,
+    /// Dropped without an answer (UC, or a NAK already sent).
+    Drop,
+}
+
+/// Handles one request packet addressed to this QP.
+pub fn on_request(qp: &mut Qp, ctx: &mut Ctx<'_>, frame: &Frame<'_>) {
+    let bth = &frame.repr.bth;
+    let span = trace_span!("responder", qpn = qp.qpn, psn = bth.psn, opcode = %bth.opcode);
+    let _enter = span.enter();
+    if !matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
+        counters::bump(&ctx.counters.rx_bad_state);
+        trace!(state = %qp.state, "QP does not accept requests in this state");
+        return;
+    }
+    if qp.qp_type == QpType::Ud {
+        ud_receive(qp, ctx, frame);
+        return;
+    }
+    let p = bth.psn;
+    let kind = bth.opcode.kind();
+    if qp.qp_type == QpType::Rc {
+        let d = psn::diff(p, qp.recv.epsn);
+        if d > 0 {
+            counters::bump(&ctx.counters.rx_out_of_sequence);
+            if !qp.recv.nak_sent {
+                qp.recv.nak_sent = true;
+                debug!(expected = qp.recv.epsn, "packet ahead of the expected PSN: sequence NAK");
+                let epsn = qp.recv.epsn;
+                send_nak(qp, ctx, epsn, NakCode::PSN_SEQUENCE_ERROR);
+            }
+            return;
+        }
+        if d < 0 {
+            duplicate(qp, ctx, bth, &frame.repr.ext);
+            return;
+        }
+    } else if uc_resync(qp, ctx, p, kind) {
+        return;
+    }
+
+    match execute(qp, ctx, bth, &frame.repr.ext, frame.payload()) {
+        Ok(consumed) => {
+            qp.recv.epsn = psn::add(p, consumed);
+            qp.recv.nak_sent = false;
+            if qp.qp_type == QpType::Rc && bth.ack_req && !kind.is_atomic() && kind != Kind::ReadRequest {
+                qp.recv.ack_pending = Some(p);
+            }
+        }
+        Err(refusal) => refuse(qp, ctx, p, refusal),
+    }
+}
+
+/// UC: a PSN other than the expected one means packets were lost. The message in progress is
+/// dropped whole, and nothing is accepted until the next message starts. True when the packet
+/// is to be dropped.
+fn uc_resync(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, kind: Kind) -> bool {
+    let start = roce_wire::Opcode::new(Transport::Uc, kind).is_some_and(|o| o.position().is_start());
+    if p != qp.recv.epsn {
+        if qp.recv.in_message.is_some() {
+            counters::bump(&ctx.counters.uc_messages_dropped);
+            debug!(expected = qp.recv.epsn, "UC packet lost: message dropped");
+        }
+        abort_message(qp);
+        qp.recv.uc_dropping = !start;
+    } else if qp.recv.uc_dropping && start {
+        qp.recv.uc_dropping = false;
+    }
+    if qp.recv.uc_dropping {
+        qp.recv.epsn = psn::add(p, 1);
+        return true;
+    }
+    false
+}
+
+/// Forgets the message in progress; a receive it was filling is reused for the next message.
+fn abort_message(qp: &mut Qp) {
+    qp.recv.in_message = None;
+    qp.recv.recv_offset = 0;
+}
+
+fn refuse(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, refusal: Refuse) {
+    match (qp.qp_type, refusal) {
+        (QpType::Rc, Refuse::Nak(code)) => {
+            send_nak(qp, ctx, p, code);
+            info!(qpn = qp.qpn, psn = p, nak = %code, "request refused: QP to error");
+            qp.enter_error(ctx);
+        }
+        (QpType::Rc, Refuse::Rnr) => {
+            counters::bump(&ctx.counters.rnr_naks_sent);
+            qp.recv.nak_sent = true;
+            let timer = qp.attrs.min_rnr_timer;
+            info!(qpn = qp.qpn, psn = p, "SEND with no receive posted: RNR NAK");
+            send_ack(qp, ctx, p, Syndrome::RnrNak { timer });
+        }
+        (_, Refuse::Drop) => {}
+        (_, _) => {
+            // UC: no answers; the message is lost.
+            counters::bump(&ctx.counters.uc_messages_dropped);
+            abort_message(qp);
+            qp.recv.uc_dropping = true;
+            qp.recv.epsn = psn::add(p, 1);
+        }
+    }
+}
+
+/// Executes an in-sequence request. Returns the PSNs it consumed.
+fn execute(
+    qp: &mut Qp,
+    ctx: &mut Ctx<'_>,
+    bth: &bth::Repr,
+    ext: &Extensions,
+    payload: &[u8],
+) -> Result<u32, Refuse> {
+    let opcode = bth.opcode;
+    let kind = opcode.kind();
+    let position = opcode.position();
+    let in_send = qp.recv.in_message == Some(InMessage::Send);
+    let in_write = matches!(qp.recv.in_message, Some(InMessage::Write { .. }));
+    let sequence_ok = match (in_send, in_write) {
+        (true, _) => kind.is_send() && !position.is_start(),
+        (_, true) => kind.is_write() && !position.is_start(),
+        _ => position.is_start(),
+    };
+    if !sequence_ok {
+        debug!("opcode out of sequence");
+        return Err(Refuse::Nak(NakCode::INVALID_REQUEST));
+    }
+    let mtu = qp.attrs.path_mtu.bytes() as usize;
+    let full = matches!(position, roce_wire::Position::First | roce_wire::Position::Middle);
+    if (full && payload.len() != mtu) || payload.len() > mtu {
+        debug!(len = payload.len(), mtu, "payload length does not fit the path MTU");
+        return Err(Refuse::Nak(NakCode::INVALID_REQUEST));
+    }
+    let access = qp.attrs.access;
+    let needs = if kind.is_write() {
+        Access::REMOTE_WRITE
+    } else if kind == Kind::ReadRequest {
+        Access::REMOTE_READ
+    } else if kind.is_atomic() {
+        Access::REMOTE_ATOMIC
+    } else {
+        Access::empty()
+    };
+    if !access.contains(needs) {
+        debug!(%needs, qp_access = %access, "the QP does not allow this operation");
+        return Err(Refuse::Nak(NakCode::INVALID_REQUEST));
+    }
+    match kind {
+        k if k.is_send() => receive_send(qp, ctx, bth, ext, payload).map(|()| 1),
+        k if k.is_write() => receive_write(qp, ctx, bth, ext, payload).map(|()| 1),
+        Kind::ReadRequest => receive_read(qp, ctx, bth, ext),
+        Kind::CompareSwap | Kind::FetchAdd => receive_atomic(qp, ctx, bth, ext).map(|()| 1),
+        _ => {
+            debug!("operation not supported by this responder");
+            Err(Refuse::Nak(NakCode::INVALID_REQUEST))
+        }
+    }
+}
+
+/// Takes the next posted receive, if there is one.
+fn take_receive(qp: &mut Qp, ctx: &mut Ctx<'_>) -> bool {
+    loop {
+        if !qp.rq.next(&mut qp.recv.slot) {
+            return false;
+        }
+        qp.rq.release(1);
+        match qp.recv.recv.decode(&qp.recv.slot, &qp.cap) {
+            Ok(()) => {
+                qp.recv.recv_active = true;
+                qp.recv.recv_offset = 0;
+                return true;
+            }
+            Err(e) => {
+                debug!(error = %e, "malformed receive request");
+                complete_recv(qp, ctx, WcStatus::LocLenErr, WcOpcode::Recv, 0, 0, 0);
+            }
+        }
+    }
+}
+
+fn receive_send(
+    qp: &mut Qp,
+    ctx: &mut Ctx<'_>,
+    bth: &bth::Repr,
+    ext: &Extensions,
+    payload: &[u8],
+) -> Result<(), Refuse> {
+    let position = bth.opcode.position();
+    if position.is_start() && !qp.recv.recv_active && !take_receive(qp, ctx) {
+        if qp.qp_type == QpType::Uc {
+            counters::bump(&ctx.counters.rx_no_receive);
+        }
+        return Err(Refuse::Rnr);
+    }
+    let offset = qp.recv.recv_offset;
+    if offset + payload.len() as u64 > qp.recv.recv.capacity() {
+        debug!(needed = offset + payload.len() as u64, posted = qp.recv.recv.capacity(), "SEND longer than the posted receive");
+        complete_recv(qp, ctx, WcStatus::LocLenErr, WcOpcode::Recv, 0, 0, 0);
+        return Err(Refuse::Nak(NakCode::INVALID_REQUEST));
+    }
+    if let Err(e) = scatter(ctx.mrs, qp.pd, &qp.recv.recv.sges, offset, payload) {
+        debug!(error = %e, "receive buffer not accessible");
+        complete_recv(qp, ctx, WcStatus::LocProtErr, WcOpcode::Recv, 0, 0, 0);
+        return Err(Refuse::Nak(NakCode::REMOTE_OPERATIONAL_ERROR));
+    }
+    counters::add(&ctx.counters.dma_write_bytes, payload.len() as u64);
+    trace!(offset, len = payload.len(), "SEND data placed in the posted receive");
+    qp.recv.recv_offset += payload.len() as u64;
+    if !position.is_end() {
+        qp.recv.in_message = Some(InMessage::Send);
+        return Ok(());
+    }
+    qp.recv.in_message = None;
+    let mut flags = 0;
+    let mut imm = 0;
+    if let Some(i) = ext.immdt {
+        flags |= wc_flags::WITH_IMM;
+        imm = i.imm;
+    }
+    if let Some(inv) = ext.ieth {
+        if let Err(e) = ctx.mrs.invalidate(inv.r_key, qp.pd) {
+            debug!(error = %e, rkey = inv.r_key, "SEND with invalidate names no memory of ours");
+            complete_recv(qp, ctx, WcStatus::RemInvReqErr, WcOpcode::Recv, 0, 0, 0);
+            return Err(Refuse::Nak(NakCode::INVALID_REQUEST));
+        }
+        flags |= wc_flags::WITH_INV;
+        imm = inv.r_key;
+    }
+    let len = qp.recv.recv_offset as u32;
+    complete_recv(qp, ctx, WcStatus::Success, WcOpcode::Recv, len, imm, flags);
+    qp.recv.msn = psn::add(qp.recv.msn, 1);
+    Ok(())
+}
+
+fn receive_write(
+    qp: &mut Qp,
+    ctx: &mut Ctx<'_>,
+    bth: &bth::Repr,
+    ext: &Extensions,
+    payload: &[u8],
+) -> Result<(), Refuse> {
+    let position = bth.opcode.position();
+    if position.is_start() {
+        let reth = ext.reth.unwrap_or_default();
+        let len = u64::from(reth.dma_len);
+        // Check the whole range once, before any byte lands.
+        ctx.mrs
+            .resolve_remote(reth.r_key, qp.pd, reth.va, len, Access::REMOTE_WRITE)
+            .map_err(access_refusal)?;
+        trace!(rkey = format_args!("{:#x}", reth.r_key), va = format_args!("{:#x}", reth.va), len, "rkey checked: WRITE allowed");
+        qp.recv.in_message = Some(InMessage::Write {
+            rkey: reth.r_key,
+            va: reth.va,
+            len,
+            offset: 0,
+        });
+    }
+    let Some(InMessage::Write { rkey, va, len, offset }) = qp.recv.in_message else {
+        return Err(Refuse::Nak(NakCode::INVALID_REQUEST));
+    };
+    let end = offset + payload.len() as u64;
+    if end > len || (position.is_end() && end != len) {
+        debug!(len, end, "WRITE data does not match its DMA length");
+        return Err(Refuse::Nak(NakCode::INVALID_REQUEST));
+    }
+    let with_imm = ext.immdt.is_some();
+    if with_imm && !qp.recv.recv_active && !take_receive(qp, ctx) {
+        return Err(Refuse::Rnr);
+    }
+    if !payload.is_empty() {
+        let place = ctx
+            .mrs
+            .resolve_remote(rkey, qp.pd, va + offset, payload.len() as u64, Access::REMOTE_WRITE)
+            .map_err(access_refusal)?;
+        place.write(0, payload).map_err(access_refusal)?;
+        counters::add(&ctx.counters.dma_write_bytes, payload.len() as u64);
+        trace!(
+            region = place.region_name().unwrap_or("-"),
+            region_offset = place.region_offset(),
+            len = payload.len(),
+            "DMA: WRITE data placed in host memory"
+        );
+    }
+    if !position.is_end() {
+        qp.recv.in_message = Some(InMessage::Write { rkey, va, len, offset: end });
+        return Ok(());
+    }
+    qp.recv.in_message = None;
+    if let Some(i) = ext.immdt {
+        complete_recv(qp, ctx, WcStatus::Success, WcOpcode::RecvRdmaWithImm, len as u32, i.imm, wc_flags::WITH_IMM);
+    }
+    qp.recv.msn = psn::add(qp.recv.msn, 1);
+    Ok(())
+}
+
+fn receive_read(qp: &mut Qp, ctx: &mut Ctx<'_>, bth: &bth::Repr, ext: &Extensions) -> Result<u32, Refuse> {
+    let reth = ext.reth.unwrap_or_default();
+    let len = u64::from(reth.dma_len);
+    ctx.mrs
+        .resolve_remote(reth.r_key, qp.pd, reth.va, len, Access::REMOTE_READ)
+        .map_err(access_refusal)?;
+    let mtu = u64::from(qp.attrs.path_mtu.bytes());
+    let npkts = len.div_ceil(mtu).max(1) as u32;
+    trace!(rkey = format_args!("{:#x}", reth.r_key), va = format_args!("{:#x}", reth.va), len, npkts, "rkey checked: READ allowed");
+    remember(qp, Resource::Read {
+        first_psn: bth.psn,
+        npkts,
+        va: reth.va,
+        rkey: reth.r_key,
+        len,
+    });
+    qp.recv.msn = psn::add(qp.recv.msn, 1);
+    qp.recv.replies.push_back(ReadReply {
+        first_psn: bth.psn,
+        va: reth.va,
+        rkey: reth.r_key,
+        len,
+        offset: 0,
+    });
+    Ok(npkts)
+}
+
+fn receive_atomic(qp: &mut Qp, ctx: &mut Ctx<'_>, bth: &bth::Repr, ext: &Extensions) -> Result<(), Refuse> {
+    let a = ext.atomic_eth.unwrap_or_default();
+    let place = ctx
+        .mrs
+        .resolve_atomic(a.r_key, qp.pd, a.va)
+        .map_err(access_refusal)?;
+    let original = if bth.opcode.kind() == Kind::CompareSwap {
+        place.compare_and_swap(a.compare, a.swap_add)
+    } else {
+        place.fetch_and_add(a.swap_add)
+    };
+    counters::bump(&ctx.counters.atomics_executed);
+    trace!(
+        region = place.region_name().unwrap_or("-"),
+        region_offset = place.region_offset(),
+        original,
+        "atomic executed on host memory"
+    );
+    remember(qp, Resource::Atomic { psn: bth.psn, original });
+    qp.recv.msn = psn::add(qp.recv.msn, 1);
+    send_atomic_ack(qp, ctx, bth.psn, original);
+    Ok(())
+}
+
+/// Keeps a READ or atomic for duplicate detection, forgetting the oldest beyond
+/// max_dest_rd_atomic.
+fn remember(qp: &mut Qp, resource: Resource) {
+    let limit = usize::from(qp.attrs.max_dest_rd_atomic.max(1));
+    while qp.recv.resources.len() >= limit {
+        qp.recv.resources.pop_front();
+    }
+    qp.recv.resources.push_back(resource);
+}
+
+fn access_refusal(e: AccessError) -> Refuse {
+    debug!(error = %e, "memory access refused");
+    if e.is_invalid_request() {
+        Refuse::Nak(NakCode::INVALID_REQUEST)
+    } else {
+        Refuse::Nak(NakCode::REMOTE_ACCESS_ERROR)
+    }
+}
+
+/// A request PSN before the expected one: the requester did not see our answer.
+fn duplicate(qp: &mut Qp, ctx: &mut Ctx<'_>, bth: &bth::Repr, ext: &Extensions) {
+    counters::bump(&ctx.counters.rx_duplicates);
+    let p = bth.psn;
+    let kind = bth.opcode.kind();
+    trace!(expected = qp.recv.epsn, "duplicate request");
+    match kind {
+        Kind::ReadRequest => {
+            let reth = ext.reth.unwrap_or_default();
+            let mtu = u64::from(qp.attrs.path_mtu.bytes());
+            let found = qp.recv.resources.iter().rev().find_map(|r| match *r {
+                Resource::Read { first_psn, npkts, va, rkey, len } => {
+                    let d = psn::diff(p, first_psn);
+                    let within = d >= 0 && (d as u32) < npkts;
+                    let offset = d.max(0) as u64 * mtu;
+                    (within && reth.r_key == rkey && reth.va == va.wrapping_add(offset) && u64::from(reth.dma_len) == len - offset)
+                        .then_some(ReadReply { first_psn, va, rkey, len, offset })
+                }
+                Resource::Atomic { .. } => None,
+            });
+            match found {
+                Some(reply) => {
+                    // Answer again from memory, replacing a reply to the same READ in progress.
+                    qp.recv.replies.retain(|r| r.first_psn != reply.first_psn);
+                    qp.recv.replies.push_back(reply);
+                }
+                None => trace!("duplicate READ outside any remembered READ: dropped"),
+            }
+        }
+        Kind::CompareSwap | Kind::FetchAdd => {
+            let saved = qp.recv.resources.iter().find_map(|r| match *r {
+                Resource::Atomic { psn, original } if psn == p => Some(original),
+                _ => None,
+            });
+            match saved {
+                Some(original) => {
+                    counters::bump(&ctx.counters.atomic_replays);
+                    debug!(original, "duplicate atomic answered from the saved result");
+                    send_atomic_ack(qp, ctx, p, original);
+                }
+                None => trace!("duplicate atomic not remembered: dropped"),
+            }
+        }
+        _ => {
+            // SEND and WRITE: acknowledge again up to the last PSN executed.
+            let last = psn::add(qp.recv.epsn, psn::MASK);
+            qp.recv.ack_pending = Some(last);
+        }
+    }
+}
+
+/// Sends the ACK owed for the packets of the last batch, if any.
+pub fn flush_ack(qp: &mut Qp, ctx: &mut Ctx<'_>) {
+    if let Some(p) = qp.recv.ack_pending.take() {
+        send_ack(qp, ctx, p, Syndrome::ack());
+    }
+}
+
+fn send_nak(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, code: NakCode) {
+    let c = ctx.counters;
+    counters::bump(match code {
+        NakCode::PSN_SEQUENCE_ERROR => &c.naks_sent_psn_sequence,
+        NakCode::INVALID_REQUEST => &c.naks_sent_invalid_request,
+        NakCode::REMOTE_ACCESS_ERROR => &c.naks_sent_remote_access,
+        _ => &c.naks_sent_remote_operational,
+    });
+    send_ack(qp, ctx, p, Syndrome::Nak(code));
+}
+
+/// Sends an ACKNOWLEDGE packet (ACK, NAK or RNR NAK) for PSN `p`.
+fn send_ack(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, syndrome: Syndrome) {
+    // An answer for `p` covers an ACK owed for anything before it.
+    if qp.recv.ack_pending.is_some_and(|a| !psn::before(p, a)) {
+        qp.recv.ack_pending = None;
+    }
+    let Some(path) = qp.path else { return };
+    let Some(opcode) = Opcode::new(Transport::Rc, Kind::Acknowledge) else { return };
+    let mut ext = Extensions::default();
+    ext.aeth = Some(aeth::Repr { syndrome, msn: qp.recv.msn });
+    let repr = path.frame(bth::Repr::new(opcode, qp.attrs.dest_qp_num, p), ext, 0);
+    ctx.tx.send_simple(&repr, &[]);
+    if matches!(syndrome, Syndrome::Ack { .. }) {
+        counters::bump(&ctx.counters.acks_sent);
+    }
+    trace!(psn = p, %syndrome, "ACK sent");
+}
+
+fn send_atomic_ack(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, original: u64) {
+    if qp.recv.ack_pending.is_some_and(|a| !psn::before(p, a)) {
+        qp.recv.ack_pending = None;
+    }
+    let Some(path) = qp.path else { return };
+    let Some(opcode) = Opcode::new(Transport::Rc, Kind::AtomicAcknowledge) else { return };
+    let mut ext = Extensions::default();
+    ext.aeth = Some(aeth::Repr { syndrome: Syndrome::ack(), msn: qp.recv.msn });
+    ext.atomic_ack_eth = Some(atomic_ack_eth::Repr { original });
+    let repr = path.frame(bth::Repr::new(opcode, qp.attrs.dest_qp_num, p), ext, 0);
+    ctx.tx.send_simple(&repr, &[]);
+    trace!(psn = p, original, "atomic ACK sent");
+}
+
+/// Sends up to `budget` READ response packets. Returns how many were sent.
+pub fn send_replies(qp: &mut Qp, ctx: &mut Ctx<'_>, budget: usize) -> usize {
+    let mtu = u64::from(qp.attrs.path_mtu.bytes());
+    let mut sent = 0;
+    while sent < budget {
+        let Some(reply) = qp.recv.replies.front().copied() else { break };
+        let Some(path) = qp.path else { break };
+        let index = (reply.offset / mtu) as u32;
+        let p = psn::add(reply.first_psn, index);
+        let n = (reply.len - reply.offset).min(mtu);
+        let first = reply.offset == 0;
+        let last = reply.offset + n >= reply.len;
+        let kind = match (first, last) {
+            (true, true) => Kind::ReadResponseOnly,
+            (true, false) => Kind::ReadResponseFirst,
+            (false, true) => Kind::ReadResponseLast,
+            (false, false) => Kind::ReadResponseMiddle,
+        };
+        let Some(opcode) = Opcode::new(Transport::Rc, kind) else { break };
+        let mut ext = Extensions::default();
+        if opcode.headers().contains(roce_wire::Headers::AETH) {
+            ext.aeth = Some(aeth::Repr { syndrome: Syndrome::ack(), msn: qp.recv.msn });
+        }
+        let repr = path.frame(bth::Repr::new(opcode, qp.attrs.dest_qp_num, p), ext, n as usize);
+        let pd = qp.pd;
+        let mrs = &*ctx.mrs;
+        let result = ctx.tx.send(&repr, |dst| {
+            let place = mrs.resolve_remote(reply.rkey, pd, reply.va + reply.offset, n, Access::REMOTE_READ)?;
+            place.read_into(0, dst)
+        });
+        if let Err(e) = result {
+            // The memory went away while the reply was under way.
+            debug!(error = %e, "READ source no longer accessible");
+            qp.recv.replies.pop_front();
+            send_nak(qp, ctx, p, NakCode::REMOTE_ACCESS_ERROR);
+            qp.enter_error(ctx);
+            break;
+        }
+        counters::add(&ctx.counters.dma_read_bytes, n);
+        counters::bump(&ctx.counters.read_responses_sent);
+        trace!(psn = p, len = n, "DMA: READ response data read from host memory");
+        sent += 1;
+        match qp.recv.replies.front_mut() {
+            Some(r) if !last => r.offset += n,
+            _ => {
+                qp.recv.replies.pop_front();
+            }
+        }
+    }
+    sent
+}
+
+/// A UD datagram: one packet, checked against the Q_Key, delivered whole with the 40-byte GRH
+/// area first, or dropped.
+fn ud_receive(qp: &mut Qp, ctx: &mut Ctx<'_>, frame: &Frame<'_>) {
+    let ext = &frame.repr.ext;
+    let Some(deth) = ext.deth else {
+        counters::bump(&ctx.counters.rx_malformed);
+        return;
+    };
+    if deth.q_key != qp.attrs.qkey {
+        counters::bump(&ctx.counters.rx_qkey_mismatch);
+        debug!(q_key = format_args!("{:#x}", deth.q_key), expected = format_args!("{:#x}", qp.attrs.qkey), "Q_Key mismatch: datagram dropped");
+        return;
+    }
+    if !qp.recv.recv_active && !take_receive(qp, ctx) {
+        counters::bump(&ctx.counters.rx_no_receive);
+        debug!("UD datagram with no receive posted: dropped");
+        return;
+    }
+    // The GRH area: an IPv6 header as it came, or 20 zero bytes then the IPv4 header.
+    let mut grh = [0u8; 40];
+    let network = &frame.bytes()[frame.layout.network.clone()];
+    let at = 40usize.saturating_sub(network.len());
+    let n = network.len().min(40);
+    grh[at..at + n].copy_from_slice(&network[..n]);
+    let payload = frame.payload();
+    let total = 40 + payload.len() as u64;
+    if total > qp.recv.recv.capacity() {
+        complete_recv(qp, ctx, WcStatus::LocLenErr, WcOpcode::Recv, 0, 0, 0);
+        return;
+    }
+    let sges = &qp.recv.recv.sges;
+    if scatter(ctx.mrs, qp.pd, sges, 0, &grh).and_then(|()| scatter(ctx.mrs, qp.pd, sges, 40, payload)).is_err() {
+        complete_recv(qp, ctx, WcStatus::LocProtErr, WcOpcode::Recv, 0, 0, 0);
+        return;
+    }
+    counters::add(&ctx.counters.dma_write_bytes, total);
+    let (imm, mut flags) = match ext.immdt {
+        Some(i) => (i.imm, wc_flags::WITH_IMM),
+        None => (0, 0),
+    };
+    flags |= wc_flags::GRH;
+    qp.recv.recv_active = false;
+    let wc = Wc {
+        wr_id: qp.recv.recv.wr_id,
+        status: WcStatus::Success,
+        opcode: WcOpcode::Recv,
+        byte_len: total as u32,
+        imm_data: imm,
+        qp_num: qp.qpn,
+        src_qp: deth.src_qp,
+        wc_flags: flags,
+    };
+    ctx.cqs.complete(qp.recv_cq, &wc, ctx.counters);
+    trace!(len = payload.len(), src_qp = deth.src_qp, "UD datagram delivered");
+}
+
+/// Completes the receive being filled.
+fn complete_recv(qp: &mut Qp, ctx: &mut Ctx<'_>, status: WcStatus, opcode: WcOpcode, len: u32, imm: u32, flags: u8) {
+    qp.recv.recv_active = false;
+    qp.recv.recv_offset = 0;
+    let wc = Wc {
+        wr_id: qp.recv.recv.wr_id,
+        status,
+        opcode,
+        byte_len: len,
+        imm_data: imm,
+        qp_num: qp.qpn,
+        src_qp: qp.attrs.dest_qp_num,
+        wc_flags: flags,
+    };
+    ctx.cqs.complete(qp.recv_cq, &wc, ctx.counters);
+    trace!(wr_id = wc.wr_id, %status, len, "receive completed");
+}
+
+/// Completes every posted receive with a flush error (the QP entered the error state).
+pub fn flush_receives(qp: &mut Qp, ctx: &mut Ctx<'_>) {
+    if qp.recv.recv_active {
+        complete_recv(qp, ctx, WcStatus::WrFlushErr, WcOpcode::Recv, 0, 0, 0);
+    }
+    while qp.rq.next(&mut qp.recv.slot) {
+        qp.rq.release(1);
+        let _ = qp.recv.recv.decode(&qp.recv.slot, &qp.cap);
+        qp.recv.recv_active = true;
+        complete_recv(qp, ctx, WcStatus::WrFlushErr, WcOpcode::Recv, 0, 0, 0);
+    }
+    qp.recv.in_message = None;
+    qp.recv.replies.clear();
+    qp.recv.ack_pending = None;
+}

@@ -1,0 +1,188 @@
+//! The send queue as the engine holds it: the shared ring the host posts into, and for every
+//! request fetched from it the engine's copy plus its progress (PSNs, packets sent, response
+//! bytes received). Requests stay in the ring — owned by the NIC — until they are retired, so
+//! the host cannot reuse a slot whose work might still need retransmitting.
+//!
+//! Three free-running indices walk the ring: `head` (oldest request not yet retired), `next`
+//! (the next request the requester transmits) and `fetched` (requests copied out of the ring).
+//! `head <= next <= fetched`.
+
+use crate::ring::Consumer;
+use crate::verbs::types::{QpCap, WcStatus};
+use crate::wqe::SendWqe;
+
+use super::psn;
+
+/// A fetched send request and its progress.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    pub wqe: SendWqe,
+    /// The request could not be decoded or checked: it completes with this status when it
+    /// reaches the head.
+    pub failed: Option<WcStatus>,
+    /// PSNs have been given to the request (it was transmitted at least once).
+    pub assigned: bool,
+    pub first_psn: u32,
+    /// PSNs the request uses: its packets, or for a READ the response packets it asks for.
+    pub npkts: u32,
+    /// Packets sent in the current pass (go-back-N rewinds it).
+    pub sent: u32,
+    /// READ: response packets received and placed; atomics: 1 once the result is in.
+    pub responses: u32,
+    /// Counted against max_rd_atomic.
+    pub rd_counted: bool,
+}
+
+impl Entry {
+    fn new(cap: &QpCap) -> Entry {
+        Entry {
+            wqe: SendWqe::with_capacity(cap),
+            failed: None,
+            assigned: false,
+            first_psn: 0,
+            npkts: 0,
+            sent: 0,
+            responses: 0,
+            rd_counted: false,
+        }
+    }
+
+    pub fn last_psn(&self) -> u32 {
+        psn::add(self.first_psn, self.npkts.saturating_sub(1))
+    }
+
+    /// Whether `p` is one of the request's PSNs.
+    pub fn covers(&self, p: u32) -> bool {
+        self.assigned && {
+            let d = psn::diff(p, self.first_psn);
+            d >= 0 && (d as u32) < self.npkts
+        }
+    }
+
+    /// All its packets were sent in the current pass.
+    pub fn fully_sent(&self) -> bool {
+        self.assigned && self.sent >= self.npkts
+    }
+}
+
+/// The send queue.
+#[derive(Debug)]
+pub struct SendQueue {
+    ring: Consumer,
+    entries: Vec<Entry>,
+    mask: u32,
+    pub head: u32,
+    pub next: u32,
+    pub fetched: u32,
+    slot: Vec<u8>,
+}
+
+impl SendQueue {
+    pub fn new(ring: Consumer, cap: &QpCap) -> SendQueue {
+        let capacity = ring.ring().capacity();
+        let slot_size = ring.ring().slot_size();
+        SendQueue {
+            ring,
+            entries: (0..capacity).map(|_| Entry::new(cap)).collect(),
+            mask: capacity - 1,
+            head: 0,
+            next: 0,
+            fetched: 0,
+            slot: vec![0; slot_size],
+        }
+    }
+
+    /// Copies newly posted requests out of the ring; `check` validates each one.
+    pub fn fetch(&mut self, cap: &QpCap, ud: bool, mut check: impl FnMut(&SendWqe) -> Option<WcStatus>) -> u32 {
+        let mut n = 0;
+        while self.ring.next(&mut self.slot) {
+            let entry = &mut self.entries[(self.fetched & self.mask) as usize];
+            entry.failed = match entry.wqe.decode(&self.slot, cap, ud) {
+                Ok(()) => check(&entry.wqe),
+                Err(e) => {
+                    tracing::debug!(error = %e, "malformed send request");
+                    Some(match e {
+                        crate::wqe::WqeError::UnknownOpcode(_) => WcStatus::LocQpOpErr,
+                        _ => WcStatus::LocLenErr,
+                    })
+                }
+            };
+            entry.assigned = false;
+            entry.sent = 0;
+            entry.responses = 0;
+            entry.rd_counted = false;
+            self.fetched = self.fetched.wrapping_add(1);
+            n += 1;
+        }
+        n
+    }
+
+    /// Requests posted to the ring but not yet fetched.
+    pub fn unfetched(&self) -> u32 {
+        self.ring.available()
+    }
+
+    pub fn entry(&self, index: u32) -> &Entry {
+        &self.entries[(index & self.mask) as usize]
+    }
+
+    pub fn entry_mut(&mut self, index: u32) -> &mut Entry {
+        &mut self.entries[(index & self.mask) as usize]
+    }
+
+    /// Fetched requests not yet retired.
+    pub fn outstanding(&self) -> u32 {
+        self.fetched.wrapping_sub(self.head)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.head == self.fetched
+    }
+
+    /// Whether `index` lies in `head..fetched`.
+    pub fn contains(&self, index: u32) -> bool {
+        index.wrapping_sub(self.head) < self.outstanding()
+    }
+
+    /// Retires the head request and gives its slot back to the host.
+    pub fn retire_head(&mut self) {
+        if self.is_empty() {
+            return;
+        }
+        self.head = self.head.wrapping_add(1);
+        if self.contains(self.next) || self.next == self.fetched {
+            // `next` is still at or after head.
+        } else {
+            self.next = self.head;
+        }
+        self.ring.release(1);
+    }
+
+    /// The index of the outstanding request that covers `p`, if any.
+    pub fn find_psn(&self, p: u32) -> Option<u32> {
+        (0..self.outstanding())
+            .map(|i| self.head.wrapping_add(i))
+            .find(|&i| self.entry(i).covers(p))
+    }
+
+    /// Restarts transmission at PSN `p` (go-back-N): the request covering it resends from that
+    /// packet, every later one from its first. Returns false if no request covers `p`.
+    pub fn rewind_to(&mut self, p: u32) -> bool {
+        let Some(index) = self.find_psn(p) else {
+            return false;
+        };
+        let entry = self.entry_mut(index);
+        entry.sent = psn::diff(p, entry.first_psn) as u32;
+        let mut i = index.wrapping_add(1);
+        while i != self.fetched {
+            let e = self.entry_mut(i);
+            if !e.assigned {
+                break;
+            }
+            e.sent = 0;
+            i = i.wrapping_add(1);
+        }
+        self.next = index;
+        true
+    }
+}

@@ -1,0 +1,37 @@
+//! Errors of the verbs API: one sentence each, naming what was refused and why.
+
+use roce_hostmem::{MrError, RegionError};
+
+use crate::qp::ModifyError;
+use crate::ring::RingError;
+use crate::wqe::WqeError;
+
+/// Why a verb failed.
+#[derive(Debug, thiserror::Error)]
+pub enum VerbsError {
+    #[error(transparent)]
+    Modify(#[from] ModifyError),
+    #[error(transparent)]
+    Mr(#[from] MrError),
+    #[error(transparent)]
+    Region(#[from] RegionError),
+    #[error(transparent)]
+    Ring(#[from] RingError),
+    #[error(transparent)]
+    WorkRequest(#[from] WqeError),
+    /// The object does not exist, or belongs to another host program.
+    #[error("no {kind} {id:#x} in this context")]
+    NoSuchObject { kind: &'static str, id: u32 },
+    #[error("{0} is still in use")]
+    Busy(&'static str),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("the send queue is full ({0} requests outstanding)")]
+    SendQueueFull(u32),
+    #[error("the receive queue is full ({0} requests outstanding)")]
+    RecvQueueFull(u32),
+    #[error("the NIC has stopped")]
+    DeviceGone,
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}

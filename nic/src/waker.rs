@@ -1,0 +1,148 @@
+//! How an idle engine is woken: it sleeps in `poll(2)` on an eventfd (and on its links' file
+//! descriptors), and anyone with work for it — a doorbell, a frame from an in-process link, a
+//! control command — writes to the eventfd. Writing costs a system call, so it is done only when
+//! the engine has said it is about to sleep; while it is busy polling, a doorbell is just a store
+//! to memory, as with a hardware NIC's doorbell record.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// One engine's wake-up line.
+#[derive(Debug)]
+pub struct Waker {
+    /// Non-zero while the engine sleeps (or is about to). Lives in shared memory when the engine
+    /// serves other processes, so their doorbells can read it.
+    sleeping: SharedWord,
+    eventfd: OwnedFd,
+}
+
+/// A 32-bit word that another process may map as well.
+#[derive(Debug)]
+pub struct SharedWord {
+    word: *const AtomicU32,
+    /// Keeps the memory behind `word` mapped.
+    _keep: Arc<dyn Send + Sync + std::fmt::Debug>,
+}
+
+// SAFETY: the word is only accessed atomically, and `_keep` keeps its memory alive.
+unsafe impl Send for SharedWord {}
+unsafe impl Sync for SharedWord {}
+
+impl SharedWord {
+    /// A word private to this process.
+    pub fn private() -> SharedWord {
+        let keep = Arc::new(AtomicU32::new(0));
+        SharedWord {
+            word: Arc::as_ptr(&keep),
+            _keep: keep,
+        }
+    }
+
+    /// A word at `ptr`, which stays valid as long as `keep` lives and is 4-byte aligned.
+    ///
+    /// # Safety
+    /// `ptr` must be 4-byte aligned and point into memory that `keep` keeps mapped.
+    pub unsafe fn at(ptr: *mut u8, keep: Arc<dyn Send + Sync + std::fmt::Debug>) -> SharedWord {
+        SharedWord {
+            word: ptr as *const AtomicU32,
+            _keep: keep,
+        }
+    }
+
+    pub fn get(&self) -> &AtomicU32 {
+        // SAFETY: see the constructors.
+        unsafe { &*self.word }
+    }
+}
+
+impl Waker {
+    pub fn new(sleeping: SharedWord) -> io::Result<Arc<Waker>> {
+        // SAFETY: plain system call; the result is checked.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Arc::new(Waker {
+            sleeping,
+            // SAFETY: `fd` was just created and is owned by nobody else.
+            eventfd: unsafe { OwnedFd::from_raw_fd(fd) },
+        }))
+    }
+
+    /// A waker whose eventfd another process handed over.
+    pub fn from_parts(sleeping: SharedWord, eventfd: OwnedFd) -> Arc<Waker> {
+        Arc::new(Waker { sleeping, eventfd })
+    }
+
+    pub fn eventfd(&self) -> RawFd {
+        self.eventfd.as_raw_fd()
+    }
+
+    /// Wakes the engine if it sleeps. Call after publishing the work (the store that makes the
+    /// work visible must come first; both sides use sequentially consistent ordering so that
+    /// either the engine sees the work or we see it sleeping).
+    pub fn wake(&self) {
+        if self.sleeping.get().load(Ordering::SeqCst) != 0 {
+            self.signal();
+        }
+    }
+
+    /// Wakes the engine unconditionally.
+    pub fn signal(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a valid u64 to our own eventfd. A full counter (EAGAIN)
+        // already means "wake up".
+        unsafe {
+            libc::write(
+                self.eventfd.as_raw_fd(),
+                (&one as *const u64).cast(),
+                std::mem::size_of::<u64>(),
+            );
+        }
+    }
+
+    /// Engine side: announce the intention to sleep. After this, re-check every work source
+    /// before calling [`Waker::sleep`].
+    pub fn prepare_sleep(&self) {
+        self.sleeping.get().store(1, Ordering::SeqCst);
+    }
+
+    /// Engine side: back to busy.
+    pub fn awake(&self) {
+        self.sleeping.get().store(0, Ordering::SeqCst);
+    }
+
+    /// Engine side: sleeps until the eventfd or one of `fds` is readable, or `timeout` passes.
+    pub fn sleep(&self, fds: &[RawFd], timeout: Option<Duration>) {
+        let mut pollfds = [libc::pollfd {
+            fd: -1,
+            events: libc::POLLIN,
+            revents: 0,
+        }; 8];
+        pollfds[0].fd = self.eventfd.as_raw_fd();
+        let n = 1 + fds.len().min(pollfds.len() - 1);
+        for (slot, fd) in pollfds[1..n].iter_mut().zip(fds) {
+            slot.fd = *fd;
+        }
+        let ms = timeout.map_or(-1, |t| {
+            // Round up so a timer never fires early; cap to keep the engine responsive.
+            let ms = t.as_micros().div_ceil(1000);
+            ms.min(1000) as libc::c_int
+        });
+        // SAFETY: `pollfds[..n]` is a valid array of pollfd.
+        unsafe { libc::poll(pollfds.as_mut_ptr(), n as libc::nfds_t, ms) };
+        let mut count = 0u64;
+        // SAFETY: reads 8 bytes into a valid u64 from our non-blocking eventfd.
+        unsafe {
+            libc::read(
+                self.eventfd.as_raw_fd(),
+                (&mut count as *mut u64).cast(),
+                std::mem::size_of::<u64>(),
+            );
+        }
+        self.awake();
+    }
+}
