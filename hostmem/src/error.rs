@@ -16,7 +16,7 @@ pub enum SizeError {
     Invalid { text: String },
     #[error("a size of zero bytes is not allowed")]
     Zero,
-    #[error("{text:?} is too large: the limit is {max} bytes")]
+    #[error("{text:?} is too large: the limit is {} GiB", max >> 30)]
     TooLarge { text: String, max: u64 },
 }
 
@@ -27,7 +27,7 @@ pub enum RegionError {
     BadName { name: String, reason: &'static str },
     #[error("a region of zero bytes is not allowed")]
     ZeroSize,
-    #[error("a region of {size} bytes is too large: the limit is {max} bytes")]
+    #[error("a region of {size} bytes is too large: the limit is {} GiB", max >> 30)]
     TooLarge { size: usize, max: u64 },
     #[error("region {} already exists", path.display())]
     Exists { path: PathBuf },
