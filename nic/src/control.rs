@@ -30,17 +30,51 @@ pub enum RegionRef {
 pub enum Request {
     QueryDevice,
     AllocPd,
-    DeallocPd { pd: u32 },
-    RegMr { pd: u32, region: RegionRef, offset: usize, len: usize, access: Access, va: VaBase },
-    DeregMr { lkey: u32 },
-    CreateCq { entries: u32 },
-    DestroyCq { cq: u32 },
-    CreateQp { pd: u32, qp_type: QpType, send_cq: u32, recv_cq: u32, cap: QpCap, sq_sig_all: bool },
-    ModifyQp { qpn: u32, attr: QpAttr },
-    QueryQp { qpn: u32 },
-    DestroyQp { qpn: u32 },
-    CreateAh { pd: u32, av: AddressVector },
-    DestroyAh { ah: u32 },
+    DeallocPd {
+        pd: u32,
+    },
+    RegMr {
+        pd: u32,
+        region: RegionRef,
+        offset: usize,
+        len: usize,
+        access: Access,
+        va: VaBase,
+    },
+    DeregMr {
+        lkey: u32,
+    },
+    CreateCq {
+        entries: u32,
+    },
+    DestroyCq {
+        cq: u32,
+    },
+    CreateQp {
+        pd: u32,
+        qp_type: QpType,
+        send_cq: u32,
+        recv_cq: u32,
+        cap: QpCap,
+        sq_sig_all: bool,
+    },
+    ModifyQp {
+        qpn: u32,
+        attr: QpAttr,
+    },
+    QueryQp {
+        qpn: u32,
+    },
+    DestroyQp {
+        qpn: u32,
+    },
+    CreateAh {
+        pd: u32,
+        av: AddressVector,
+    },
+    DestroyAh {
+        ah: u32,
+    },
     Counters,
     /// The host program is gone: destroy everything it owned.
     Disconnect,
@@ -74,11 +108,20 @@ pub enum Response {
     Device(DeviceInfo),
     Pd(u32),
     Mr(MrKeys),
-    Cq { cq: u32, ring: RingMap, event: Arc<EventLine> },
-    Qp { qpn: u32, cap: QpCap, sq: RingMap, rq: RingMap },
+    Cq {
+        cq: u32,
+        ring: RingMap,
+        event: Arc<EventLine>,
+    },
+    Qp {
+        qpn: u32,
+        cap: QpCap,
+        sq: RingMap,
+        rq: RingMap,
+    },
     QpAttr(QpAttr),
     Ah(u32),
-    Counters(Snapshot),
+    Counters(Box<Snapshot>),
     Done,
 }
 

@@ -102,5 +102,8 @@ pub fn bump(counter: &AtomicU64) {
 
 #[inline]
 pub fn add(counter: &AtomicU64, n: u64) {
-    counter.store(counter.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+    counter.store(
+        counter.load(Ordering::Relaxed).wrapping_add(n),
+        Ordering::Relaxed,
+    );
 }

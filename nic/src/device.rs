@@ -85,7 +85,11 @@ impl Backend for Handle {
     fn call(&self, client: ClientId, request: Request) -> Result<Response, VerbsError> {
         let (reply, answer) = channel::bounded(1);
         self.control
-            .send(Control::Call(Command { client, request, reply }))
+            .send(Control::Call(Command {
+                client,
+                request,
+                reply,
+            }))
             .map_err(|_| VerbsError::DeviceGone)?;
         self.waker.signal();
         answer.recv().map_err(|_| VerbsError::DeviceGone)?
@@ -108,7 +112,13 @@ impl Device {
     /// Starts the device's engine on `link`.
     pub fn start(config: DeviceConfig, link: impl Link + 'static) -> io::Result<Device> {
         let max_mtu = Mtu::for_link_mtu(config.mtu).ok_or_else(|| {
-            io::Error::new(io::ErrorKind::InvalidInput, format!("an MTU of {} cannot carry RoCE packets of even 256 bytes", config.mtu))
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "an MTU of {} cannot carry RoCE packets of even 256 bytes",
+                    config.mtu
+                ),
+            )
         })?;
         let (control, requests) = channel::unbounded();
         let waker = Waker::new(SharedWord::private())?;

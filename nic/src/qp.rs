@@ -76,18 +76,32 @@ pub const MAX_RD_ATOMIC: u8 = 128;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ModifyError {
     #[error("a {qp_type} QP cannot go from {from} to {to}")]
-    Transition { qp_type: QpType, from: QpState, to: QpState },
+    Transition {
+        qp_type: QpType,
+        from: QpState,
+        to: QpState,
+    },
     #[error("going from {from} to {to} needs the attribute {attr}")]
-    Missing { from: QpState, to: QpState, attr: &'static str },
+    Missing {
+        from: QpState,
+        to: QpState,
+        attr: &'static str,
+    },
     #[error("the attribute {attr} cannot be set going from {from} to {to}")]
-    Unexpected { from: QpState, to: QpState, attr: &'static str },
+    Unexpected {
+        from: QpState,
+        to: QpState,
+        attr: &'static str,
+    },
     #[error("{attr} = {value} is out of range")]
     Value { attr: &'static str, value: u64 },
     #[error("no GID at index {0}")]
     NoGid(u8),
     #[error("the source GID {src} and destination GID {dst} are of different IP families")]
     Family { src: Gid, dst: Gid },
-    #[error("the MAC address of {0} is unknown (give it in the address vector or add a neighbour)")]
+    #[error(
+        "the MAC address of {0} is unknown (give it in the address vector or add a neighbour)"
+    )]
     NoNeighbour(IpAddr),
 }
 
@@ -173,20 +187,38 @@ fn transition(qp_type: QpType, from: QpState, to: QpState) -> Option<(u32, u32)>
         (Init, Init) => (0, init),
         (Init, Rtr) => {
             let required = match qp_type {
-                QpType::Rc => AV | PATH_MTU | DEST_QPN | RQ_PSN | MAX_DEST_RD_ATOMIC | MIN_RNR_TIMER,
+                QpType::Rc => {
+                    AV | PATH_MTU | DEST_QPN | RQ_PSN | MAX_DEST_RD_ATOMIC | MIN_RNR_TIMER
+                }
                 QpType::Uc => AV | PATH_MTU | DEST_QPN | RQ_PSN,
                 QpType::Ud => 0,
             };
-            let optional = if ud { PKEY_INDEX | QKEY } else { PKEY_INDEX | ACCESS };
+            let optional = if ud {
+                PKEY_INDEX | QKEY
+            } else {
+                PKEY_INDEX | ACCESS
+            };
             (required, optional)
         }
         (Rtr, Rts) => {
-            let required = if rc { SQ_PSN | TIMEOUT | RETRY_CNT | RNR_RETRY | MAX_RD_ATOMIC } else { SQ_PSN };
+            let required = if rc {
+                SQ_PSN | TIMEOUT | RETRY_CNT | RNR_RETRY | MAX_RD_ATOMIC
+            } else {
+                SQ_PSN
+            };
             (required, rts_options)
         }
         (Rts, Rts) => (0, rts_options),
         (Rts, Sqd) => (0, 0),
-        (Sqd, Sqd) | (Sqd, Rts) => (0, rts_options | if rc { TIMEOUT | RETRY_CNT | RNR_RETRY | MAX_RD_ATOMIC | MAX_DEST_RD_ATOMIC } else { 0 }),
+        (Sqd, Sqd) | (Sqd, Rts) => (
+            0,
+            rts_options
+                | if rc {
+                    TIMEOUT | RETRY_CNT | RNR_RETRY | MAX_RD_ATOMIC | MAX_DEST_RD_ATOMIC
+                } else {
+                    0
+                },
+        ),
         (Sqe, Rts) if !rc => (0, rts_options),
         _ => return None,
     })
@@ -222,7 +254,11 @@ pub struct Qp {
 /// The ring geometry of a QP's send and receive queues in one region.
 pub fn ring_layout(cap: &QpCap) -> (Geometry, Geometry) {
     let sq = Geometry::new(0, cap.max_send_wr, send_slot_size(cap));
-    let rq = Geometry::new(sq.end().next_multiple_of(4096), cap.max_recv_wr, recv_slot_size(cap));
+    let rq = Geometry::new(
+        sq.end().next_multiple_of(4096),
+        cap.max_recv_wr,
+        recv_slot_size(cap),
+    );
     (sq, rq)
 }
 
@@ -294,25 +330,41 @@ impl Qp {
 
     /// Checks a modify without changing anything; returns the target state and, for RTR, the
     /// path to the peer.
-    pub fn check_modify(&self, attr: &QpAttr, port: &PortInfo) -> Result<(QpState, Option<Path>), ModifyError> {
+    pub fn check_modify(
+        &self,
+        attr: &QpAttr,
+        port: &PortInfo,
+    ) -> Result<(QpState, Option<Path>), ModifyError> {
         let from = self.state;
         let to = attr.qp_state.unwrap_or(from);
-        let (required, optional) = transition(self.qp_type, from, to).ok_or(ModifyError::Transition {
-            qp_type: self.qp_type,
-            from,
-            to,
-        })?;
+        let (required, optional) =
+            transition(self.qp_type, from, to).ok_or(ModifyError::Transition {
+                qp_type: self.qp_type,
+                from,
+                to,
+            })?;
         let given = attr_mask(attr);
         for (bit, name) in mask::NAMES {
             if required & bit != 0 && given & bit == 0 {
-                return Err(ModifyError::Missing { from, to, attr: name });
+                return Err(ModifyError::Missing {
+                    from,
+                    to,
+                    attr: name,
+                });
             }
             if given & bit != 0 && (required | optional) & bit == 0 {
-                return Err(ModifyError::Unexpected { from, to, attr: name });
+                return Err(ModifyError::Unexpected {
+                    from,
+                    to,
+                    attr: name,
+                });
             }
         }
         let range = |attr: &'static str, value: Option<u8>, max: u8| match value {
-            Some(v) if v > max => Err(ModifyError::Value { attr, value: v.into() }),
+            Some(v) if v > max => Err(ModifyError::Value {
+                attr,
+                value: v.into(),
+            }),
             _ => Ok(()),
         };
         range("port_num", attr.port_num.map(|p| p.saturating_sub(1)), 0)?;
@@ -323,40 +375,75 @@ impl Qp {
         range("max_rd_atomic", attr.max_rd_atomic, MAX_RD_ATOMIC)?;
         range("max_dest_rd_atomic", attr.max_dest_rd_atomic, MAX_RD_ATOMIC)?;
         if let Some(i) = attr.pkey_index.filter(|i| *i != 0) {
-            return Err(ModifyError::Value { attr: "pkey_index", value: i.into() });
+            return Err(ModifyError::Value {
+                attr: "pkey_index",
+                value: i.into(),
+            });
         }
         if let Some(n) = attr.dest_qp_num.filter(|n| *n > psn::MASK) {
-            return Err(ModifyError::Value { attr: "dest_qp_num", value: n.into() });
+            return Err(ModifyError::Value {
+                attr: "dest_qp_num",
+                value: n.into(),
+            });
         }
         for (name, v) in [("rq_psn", attr.rq_psn), ("sq_psn", attr.sq_psn)] {
             if let Some(v) = v.filter(|v| *v > psn::MASK) {
-                return Err(ModifyError::Value { attr: name, value: v.into() });
+                return Err(ModifyError::Value {
+                    attr: name,
+                    value: v.into(),
+                });
             }
         }
         if let Some(mtu) = attr.path_mtu.filter(|m| *m > port.max_mtu) {
-            return Err(ModifyError::Value { attr: "path_mtu", value: mtu.bytes().into() });
+            return Err(ModifyError::Value {
+                attr: "path_mtu",
+                value: mtu.bytes().into(),
+            });
         }
         let path = match attr.av {
-            Some(av) => Some(self.path_for(&av, attr.dest_qp_num.unwrap_or(self.attrs.dest_qp_num), port)?),
+            Some(av) => Some(self.path_for(
+                &av,
+                attr.dest_qp_num.unwrap_or(self.attrs.dest_qp_num),
+                port,
+            )?),
             None => None,
         };
         Ok((to, path))
     }
 
-    fn path_for(&self, av: &AddressVector, dest_qpn: u32, port: &PortInfo) -> Result<Path, ModifyError> {
-        let sgid = *port.gids.get(usize::from(av.sgid_index)).ok_or(ModifyError::NoGid(av.sgid_index))?;
+    fn path_for(
+        &self,
+        av: &AddressVector,
+        dest_qpn: u32,
+        port: &PortInfo,
+    ) -> Result<Path, ModifyError> {
+        let sgid = *port
+            .gids
+            .get(usize::from(av.sgid_index))
+            .ok_or(ModifyError::NoGid(av.sgid_index))?;
         let dip = av.dgid.ip();
         let dmac = match av.dmac {
             Some(mac) => mac,
-            None => *port.neighbours.get(&dip).ok_or(ModifyError::NoNeighbour(dip))?,
+            None => *port
+                .neighbours
+                .get(&dip)
+                .ok_or(ModifyError::NoNeighbour(dip))?,
         };
         let sport = udp_src_port(av.flow_label, self.qpn, dest_qpn);
-        Path::new(port.mac, sgid.ip(), dmac, dip, sport, av)
-            .ok_or(ModifyError::Family { src: sgid, dst: av.dgid })
+        Path::new(port.mac, sgid.ip(), dmac, dip, sport, av).ok_or(ModifyError::Family {
+            src: sgid,
+            dst: av.dgid,
+        })
     }
 
     /// Applies a modify that [`Qp::check_modify`] accepted.
-    pub fn apply_modify(&mut self, attr: &QpAttr, to: QpState, path: Option<Path>, ctx: &mut Ctx<'_>) {
+    pub fn apply_modify(
+        &mut self,
+        attr: &QpAttr,
+        to: QpState,
+        path: Option<Path>,
+        ctx: &mut Ctx<'_>,
+    ) {
         let a = &mut self.attrs;
         macro_rules! set {
             ($($field:ident <- $from:ident),*) => { $(if let Some(v) = attr.$from { a.$field = v; })* };
@@ -404,7 +491,8 @@ impl Qp {
 
     /// Completes all posted work with flush errors (in the error state, new posts too).
     pub fn flush(&mut self, ctx: &mut Ctx<'_>) {
-        self.sq.fetch(&self.cap, self.qp_type == QpType::Ud, |_| None);
+        self.sq
+            .fetch(&self.cap, self.qp_type == QpType::Ud, |_| None);
         while !self.sq.is_empty() {
             crate::transport::completer::complete_head(self, ctx, WcStatus::WrFlushErr);
         }

@@ -94,7 +94,11 @@ impl Ring {
             return Err(RingError::Misaligned(geometry.offset));
         }
         let needed = geometry.bytes();
-        if geometry.offset.checked_add(needed).is_none_or(|end| end > region.len()) {
+        if geometry
+            .offset
+            .checked_add(needed)
+            .is_none_or(|end| end > region.len())
+        {
             return Err(RingError::TooSmall {
                 offset: geometry.offset,
                 needed,
@@ -260,7 +264,9 @@ impl Consumer {
     pub fn release(&mut self, n: u32) {
         let n = n.min(self.unreleased());
         self.released = self.released.wrapping_add(n);
-        self.ring.word(CONSUMER).store(self.released, Ordering::SeqCst);
+        self.ring
+            .word(CONSUMER)
+            .store(self.released, Ordering::SeqCst);
     }
 }
 

@@ -95,18 +95,31 @@ pub enum WqeError {
 
 /// Writes a send work request into `slot` (host side). `inline` holds the gathered bytes when
 /// the request is sent inline.
-pub fn encode_send(slot: &mut [u8], wr: &SendWr<'_>, inline: Option<&[u8]>, cap: &QpCap) -> Result<(), WqeError> {
+pub fn encode_send(
+    slot: &mut [u8],
+    wr: &SendWr<'_>,
+    inline: Option<&[u8]>,
+    cap: &QpCap,
+) -> Result<(), WqeError> {
     let inline_len = inline.map_or(0, |d| d.len());
     if inline.is_none() && wr.sg_list.len() > cap.max_send_sge as usize {
         return Err(WqeError::TooManySge(wr.sg_list.len(), cap.max_send_sge));
     }
     if inline_len > cap.max_inline_data as usize {
-        return Err(WqeError::InlineTooLong(inline_len as u64, cap.max_inline_data));
+        return Err(WqeError::InlineTooLong(
+            inline_len as u64,
+            cap.max_inline_data,
+        ));
     }
     slot[..SEND_HEADER].fill(0);
     put_u64(slot, 0, wr.wr_id);
     slot[8] = wr.op.code();
-    slot[9] = wr.flags.0 | if inline.is_some() { SendFlags::INLINE.0 } else { 0 };
+    slot[9] = wr.flags.0
+        | if inline.is_some() {
+            SendFlags::INLINE.0
+        } else {
+            0
+        };
     let (imm, remote_addr, rkey, compare_add, swap) = match wr.op {
         SendOp::Send => (0, 0, 0, 0, 0),
         SendOp::SendWithImm { imm } => (imm, 0, 0, 0, 0),
@@ -338,12 +351,24 @@ mod tests {
     fn send_wqe_round_trip() {
         let cap = QpCap::default();
         let sges = [
-            Sge { addr: 0x1000, length: 100, lkey: 0x101 },
-            Sge { addr: 0x2000, length: 28, lkey: 0x202 },
+            Sge {
+                addr: 0x1000,
+                length: 100,
+                lkey: 0x101,
+            },
+            Sge {
+                addr: 0x2000,
+                length: 28,
+                lkey: 0x202,
+            },
         ];
         let wr = SendWr {
             wr_id: 77,
-            op: SendOp::RdmaWriteWithImm { remote_addr: 0xabc, rkey: 0x333, imm: 0x12345678 },
+            op: SendOp::RdmaWriteWithImm {
+                remote_addr: 0xabc,
+                rkey: 0x333,
+                imm: 0x12345678,
+            },
             sg_list: &sges,
             flags: SendFlags::SIGNALED,
             ud: None,
@@ -362,7 +387,13 @@ mod tests {
     #[test]
     fn inline_send_carries_its_bytes() {
         let cap = QpCap::default();
-        let wr = SendWr { wr_id: 1, op: SendOp::Send, sg_list: &[], flags: SendFlags::default(), ud: None };
+        let wr = SendWr {
+            wr_id: 1,
+            op: SendOp::Send,
+            sg_list: &[],
+            flags: SendFlags::default(),
+            ud: None,
+        };
         let mut slot = vec![0u8; send_slot_size(&cap)];
         encode_send(&mut slot, &wr, Some(b"hello"), &cap).unwrap();
         let mut wqe = SendWqe::with_capacity(&cap);
@@ -377,13 +408,22 @@ mod tests {
         let mut slot = vec![0u8; send_slot_size(&cap)];
         slot[8] = 42;
         let mut wqe = SendWqe::with_capacity(&cap);
-        assert_eq!(wqe.decode(&slot, &cap, false), Err(WqeError::UnknownOpcode(42)));
+        assert_eq!(
+            wqe.decode(&slot, &cap, false),
+            Err(WqeError::UnknownOpcode(42))
+        );
         slot[8] = 2;
         slot[10] = 200;
-        assert!(matches!(wqe.decode(&slot, &cap, false), Err(WqeError::TooManySge(200, _))));
+        assert!(matches!(
+            wqe.decode(&slot, &cap, false),
+            Err(WqeError::TooManySge(200, _))
+        ));
         slot[10] = 0;
         slot[9] = SendFlags::INLINE.0;
         slot[28..32].copy_from_slice(&100_000u32.to_ne_bytes());
-        assert!(matches!(wqe.decode(&slot, &cap, false), Err(WqeError::InlineTooLong(..))));
+        assert!(matches!(
+            wqe.decode(&slot, &cap, false),
+            Err(WqeError::InlineTooLong(..))
+        ));
     }
 }

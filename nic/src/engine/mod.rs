@@ -306,7 +306,7 @@ fn work(qp: &mut Qp, ctx: &mut Ctx<'_>) -> bool {
     if matches!(qp.state, QpState::Rts | QpState::Sqd) {
         let mtu = qp.attrs.path_mtu.bytes();
         let qp_type = qp.qp_type;
-        let ahs = &*ctx.ahs;
+        let ahs = ctx.ahs;
         let fetched = qp.sq.fetch(&qp.cap, qp_type == QpType::Ud, |wqe| {
             let has_dest = wqe.ud.is_some_and(|u| ahs.contains_key(&u.ah));
             requester::check(qp_type, mtu, &wqe.op, wqe.length, has_dest)

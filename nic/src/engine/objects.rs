@@ -40,7 +40,11 @@ impl Engine {
         }
     }
 
-    pub(super) fn execute(&mut self, client: ClientId, request: Request) -> Result<Response, VerbsError> {
+    pub(super) fn execute(
+        &mut self,
+        client: ClientId,
+        request: Request,
+    ) -> Result<Response, VerbsError> {
         debug!(client, ?request, "control request");
         match request {
             Request::QueryDevice => Ok(Response::Device(self.device_info())),
@@ -57,7 +61,14 @@ impl Engine {
                 self.pds.remove(&pd);
                 Ok(Response::Done)
             }
-            Request::RegMr { pd, region, offset, len, access, va } => {
+            Request::RegMr {
+                pd,
+                region,
+                offset,
+                len,
+                access,
+                va,
+            } => {
                 let id = self.pd(client, pd)?;
                 let region = match region {
                     RegionRef::Local(r) => r,
@@ -79,15 +90,25 @@ impl Engine {
             Request::CreateCq { entries } => self.create_cq(client, entries),
             Request::DestroyCq { cq } => {
                 self.cq(client, cq)?;
-                if self.qps.iter().flatten().any(|qp| qp.send_cq == cq || qp.recv_cq == cq) {
+                if self
+                    .qps
+                    .iter()
+                    .flatten()
+                    .any(|qp| qp.send_cq == cq || qp.recv_cq == cq)
+                {
                     return Err(VerbsError::Busy("the completion queue"));
                 }
                 self.cqs.remove(cq);
                 Ok(Response::Done)
             }
-            Request::CreateQp { pd, qp_type, send_cq, recv_cq, cap, sq_sig_all } => {
-                self.create_qp(client, pd, qp_type, send_cq, recv_cq, cap, sq_sig_all)
-            }
+            Request::CreateQp {
+                pd,
+                qp_type,
+                send_cq,
+                recv_cq,
+                cap,
+                sq_sig_all,
+            } => self.create_qp(client, pd, qp_type, send_cq, recv_cq, cap, sq_sig_all),
             Request::ModifyQp { qpn, attr } => {
                 self.qp(client, qpn)?;
                 let port = self.port.clone();
@@ -109,14 +130,32 @@ impl Engine {
             }
             Request::CreateAh { pd, av } => {
                 self.pd(client, pd)?;
-                let sgid = *self.port.gids.get(usize::from(av.sgid_index)).ok_or(crate::qp::ModifyError::NoGid(av.sgid_index))?;
+                let sgid = *self
+                    .port
+                    .gids
+                    .get(usize::from(av.sgid_index))
+                    .ok_or(crate::qp::ModifyError::NoGid(av.sgid_index))?;
                 let dip = av.dgid.ip();
                 let dmac = match av.dmac {
                     Some(m) => m,
-                    None => *self.port.neighbours.get(&dip).ok_or(crate::qp::ModifyError::NoNeighbour(dip))?,
+                    None => *self
+                        .port
+                        .neighbours
+                        .get(&dip)
+                        .ok_or(crate::qp::ModifyError::NoNeighbour(dip))?,
                 };
-                let path = Path::new(self.port.mac, sgid.ip(), dmac, dip, udp_src_port(av.flow_label, 0, 0), &av)
-                    .ok_or(crate::qp::ModifyError::Family { src: sgid, dst: av.dgid })?;
+                let path = Path::new(
+                    self.port.mac,
+                    sgid.ip(),
+                    dmac,
+                    dip,
+                    udp_src_port(av.flow_label, 0, 0),
+                    &av,
+                )
+                .ok_or(crate::qp::ModifyError::Family {
+                    src: sgid,
+                    dst: av.dgid,
+                })?;
                 let ah = self.next_ah;
                 self.next_ah = self.next_ah.wrapping_add(1).max(1);
                 self.ahs.insert(ah, path);
@@ -131,7 +170,7 @@ impl Engine {
                 self.ah_owners.remove(&ah);
                 Ok(Response::Done)
             }
-            Request::Counters => Ok(Response::Counters(self.counters.snapshot())),
+            Request::Counters => Ok(Response::Counters(Box::new(self.counters.snapshot()))),
             Request::Disconnect => {
                 self.forget_client(client);
                 Ok(Response::Done)
@@ -147,7 +186,10 @@ impl Engine {
     }
 
     fn cq(&self, client: ClientId, cq: u32) -> Result<&Cq, VerbsError> {
-        self.cqs.get(cq).filter(|c| c.owner == client).ok_or(none("completion queue", cq))
+        self.cqs
+            .get(cq)
+            .filter(|c| c.owner == client)
+            .ok_or(none("completion queue", cq))
     }
 
     fn qp(&self, client: ClientId, qpn: u32) -> Result<&Qp, VerbsError> {
@@ -173,7 +215,9 @@ impl Engine {
 
     fn create_cq(&mut self, client: ClientId, entries: u32) -> Result<Response, VerbsError> {
         if entries == 0 || entries > MAX_CQE {
-            return Err(VerbsError::Invalid(format!("a completion queue holds 1 to {MAX_CQE} entries, not {entries}")));
+            return Err(VerbsError::Invalid(format!(
+                "a completion queue holds 1 to {MAX_CQE} entries, not {entries}"
+            )));
         }
         let geometry = Geometry::new(0, entries, CQE_SIZE);
         let event = EventLine::new()?;
@@ -211,7 +255,9 @@ impl Engine {
         ];
         for (name, value, max) in limits {
             if value > max {
-                return Err(VerbsError::Invalid(format!("{name} {value} is above the device limit {max}")));
+                return Err(VerbsError::Invalid(format!(
+                    "{name} {value} is above the device limit {max}"
+                )));
             }
         }
         let cap = QpCap {
@@ -221,11 +267,25 @@ impl Engine {
             max_recv_sge: cap.max_recv_sge.max(1),
             max_inline_data: cap.max_inline_data,
         };
-        let index = self.qps.iter().position(Option::is_none).unwrap_or(self.qps.len());
+        let index = self
+            .qps
+            .iter()
+            .position(Option::is_none)
+            .unwrap_or(self.qps.len());
         let qpn = FIRST_QPN + index as u32;
         let (sq, rq) = ring_layout(&cap);
         let region = self.ring_region(&format!("qp{qpn}"), rq.end())?;
-        let mut qp = Qp::new(qpn, qp_type, client, pd_id, send_cq, recv_cq, cap, Arc::clone(&region), sq_sig_all)?;
+        let mut qp = Qp::new(
+            qpn,
+            qp_type,
+            client,
+            pd_id,
+            send_cq,
+            recv_cq,
+            cap,
+            Arc::clone(&region),
+            sq_sig_all,
+        )?;
         qp.rxe_compat = self.rxe_compat;
         if qp_type == QpType::Ud {
             qp.attrs.path_mtu = self.port.max_mtu;
@@ -244,15 +304,24 @@ impl Engine {
         Ok(Response::Qp {
             qpn,
             cap: actual,
-            sq: RingMap { region: Arc::clone(&region), geometry: sq },
-            rq: RingMap { region, geometry: rq },
+            sq: RingMap {
+                region: Arc::clone(&region),
+                geometry: sq,
+            },
+            rq: RingMap {
+                region,
+                geometry: rq,
+            },
         })
     }
 
     /// Destroys a QP: its outstanding work is dropped without completions, as with
     /// `ibv_destroy_qp`.
     fn destroy_qp(&mut self, qpn: u32) {
-        if let Some(slot) = qpn.checked_sub(FIRST_QPN).and_then(|i| self.qps.get_mut(i as usize)) {
+        if let Some(slot) = qpn
+            .checked_sub(FIRST_QPN)
+            .and_then(|i| self.qps.get_mut(i as usize))
+        {
             slot.take();
             info!(qpn, "QP destroyed");
         }
@@ -263,11 +332,22 @@ impl Engine {
 
     /// Destroys every object of a host program that went away.
     fn forget_client(&mut self, client: ClientId) {
-        let qpns: Vec<u32> = self.qps.iter().flatten().filter(|q| q.owner == client).map(|q| q.qpn).collect();
+        let qpns: Vec<u32> = self
+            .qps
+            .iter()
+            .flatten()
+            .filter(|q| q.owner == client)
+            .map(|q| q.qpn)
+            .collect();
         for qpn in qpns {
             self.destroy_qp(qpn);
         }
-        let cqns: Vec<u32> = self.cqs.iter().filter(|c| c.owner == client).map(|c| c.cqn).collect();
+        let cqns: Vec<u32> = self
+            .cqs
+            .iter()
+            .filter(|c| c.owner == client)
+            .map(|c| c.cqn)
+            .collect();
         for cqn in cqns {
             self.cqs.remove(cqn);
             if let RingMemory::Shared { prefix } = &self.rings {
@@ -281,12 +361,22 @@ impl Engine {
             }
             keep
         });
-        let lkeys: Vec<u32> = self.mr_owners.iter().filter(|(_, o)| **o == client).map(|(k, _)| *k).collect();
+        let lkeys: Vec<u32> = self
+            .mr_owners
+            .iter()
+            .filter(|(_, o)| **o == client)
+            .map(|(k, _)| *k)
+            .collect();
         for lkey in lkeys {
             let _ = self.mrs.deregister(lkey);
             self.mr_owners.remove(&lkey);
         }
-        let pds: Vec<u32> = self.pds.iter().filter(|(_, (_, o))| *o == client).map(|(h, _)| *h).collect();
+        let pds: Vec<u32> = self
+            .pds
+            .iter()
+            .filter(|(_, (_, o))| *o == client)
+            .map(|(h, _)| *h)
+            .collect();
         for pd in pds {
             if let Some((id, _)) = self.pds.remove(&pd) {
                 let _ = self.mrs.dealloc_pd(id);

@@ -42,13 +42,21 @@ impl Engine {
         let icrc = frame.icrc();
         if !icrc.is_ok() {
             counters::bump(&c.rx_icrc_errors);
-            debug!(expected = format_args!("{:#010x}", icrc.expected), found = format_args!("{:#010x}", icrc.found), "bad ICRC: packet dropped");
+            debug!(
+                expected = format_args!("{:#010x}", icrc.expected),
+                found = format_args!("{:#010x}", icrc.found),
+                "bad ICRC: packet dropped"
+            );
             return;
         }
         trace!("ICRC ok");
         if bth.p_key != roce_wire::bth::DEFAULT_P_KEY || bth.tver != 0 {
             counters::bump(&c.rx_bad_pkey);
-            debug!(p_key = bth.p_key, tver = bth.tver, "P_Key or TVer not accepted");
+            debug!(
+                p_key = bth.p_key,
+                tver = bth.tver,
+                "P_Key or TVer not accepted"
+            );
             return;
         }
         let transport = bth.opcode.transport();

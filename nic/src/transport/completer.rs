@@ -15,7 +15,13 @@ use crate::qp::Qp;
 use crate::verbs::types::{QpType, SendOp, Wc, WcStatus};
 
 /// Handles a response packet (ACK, READ response, atomic ACK) for an RC QP.
-pub fn on_response(qp: &mut Qp, ctx: &mut Ctx<'_>, bth: &bth::Repr, ext: &Extensions, payload: &[u8]) {
+pub fn on_response(
+    qp: &mut Qp,
+    ctx: &mut Ctx<'_>,
+    bth: &bth::Repr,
+    ext: &Extensions,
+    payload: &[u8],
+) {
     let p = bth.psn;
     // Anything outside [una, high] answers nothing we are waiting for.
     if psn::before(p, qp.send.una) || psn::before(qp.send.high, p) {
@@ -160,7 +166,12 @@ fn on_rnr_nak(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, timer: u8) {
         qp.send.rnr_left -= 1;
     }
     let wait = aeth::rnr_timer(timer);
-    info!(qpn = qp.qpn, psn = p, wait_us = wait.as_micros() as u64, "RNR NAK: the peer has no receive posted; waiting");
+    info!(
+        qpn = qp.qpn,
+        psn = p,
+        wait_us = wait.as_micros() as u64,
+        "RNR NAK: the peer has no receive posted; waiting"
+    );
     qp.send.rnr_wait = Some((ctx.now + wait, p));
     qp.send.timer = None;
 }
@@ -278,7 +289,12 @@ pub fn on_timers(qp: &mut Qp, ctx: &mut Ctx<'_>) {
         return;
     }
     let from = qp.send.una;
-    info!(qpn = qp.qpn, psn = from, retries_left = qp.send.retry_left, "retransmission timeout: going back");
+    info!(
+        qpn = qp.qpn,
+        psn = from,
+        retries_left = qp.send.retry_left,
+        "retransmission timeout: going back"
+    );
     if qp.sq.rewind_to(from) {
         qp.send.recovering = Some(from);
     }
@@ -315,7 +331,11 @@ pub fn complete_head(qp: &mut Qp, ctx: &mut Ctx<'_>, status: WcStatus) {
             wr_id: head.wqe.wr_id,
             status,
             opcode: head.wqe.op.wc_opcode(),
-            byte_len: if status == WcStatus::Success { head.wqe.length as u32 } else { 0 },
+            byte_len: if status == WcStatus::Success {
+                head.wqe.length as u32
+            } else {
+                0
+            },
             imm_data: 0,
             qp_num: qp.qpn,
             src_qp: 0,

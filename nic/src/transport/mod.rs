@@ -273,8 +273,16 @@ mod tests {
     #[test]
     fn walk_splits_across_entries() {
         let sges = [
-            Sge { addr: 0, length: 3, lkey: 1 },
-            Sge { addr: 100, length: 5, lkey: 2 },
+            Sge {
+                addr: 0,
+                length: 3,
+                lkey: 1,
+            },
+            Sge {
+                addr: 100,
+                length: 5,
+                lkey: 2,
+            },
         ];
         let mut pieces = Vec::new();
         walk(&sges, 2, 4, |sge, skip, at, n| {

@@ -7,12 +7,10 @@
 
 use std::time::{Duration, Instant};
 
-use roce_wire::{
-    atomic_eth, bth, deth, immdt, ieth, reth, Extensions, Kind, Opcode, Transport,
-};
+use roce_wire::{atomic_eth, bth, deth, ieth, immdt, reth, Extensions, Kind, Opcode, Transport};
 use tracing::{debug, trace, trace_span};
 
-use super::{gather, psn, Ctx, Path};
+use super::{gather, psn, Ctx};
 use crate::counters;
 use crate::qp::Qp;
 use crate::verbs::types::{QpState, QpType, SendFlags, SendOp, WcStatus};
@@ -54,7 +52,13 @@ pub fn retransmit_timeout(timeout: u8) -> Option<Duration> {
 }
 
 /// Checks a fetched request against the QP before it is accepted.
-pub fn check(qp_type: QpType, mtu: u32, op: &SendOp, length: u64, has_ud: bool) -> Option<WcStatus> {
+pub fn check(
+    qp_type: QpType,
+    mtu: u32,
+    op: &SendOp,
+    length: u64,
+    has_ud: bool,
+) -> Option<WcStatus> {
     let allowed = match qp_type {
         QpType::Rc => true,
         QpType::Uc => !op.is_read_or_atomic(),
@@ -87,7 +91,9 @@ pub fn run(qp: &mut Qp, ctx: &mut Ctx<'_>, budget: usize) -> usize {
         }
         if !entry.assigned {
             let op = entry.wqe.op;
-            if op.is_read_or_atomic() && qp.send.rd_outstanding >= u32::from(qp.attrs.max_rd_atomic.max(1)) {
+            if op.is_read_or_atomic()
+                && qp.send.rd_outstanding >= u32::from(qp.attrs.max_rd_atomic.max(1))
+            {
                 break;
             }
             if entry.wqe.flags.contains(SendFlags::FENCE) && qp.send.rd_outstanding > 0 {
@@ -280,7 +286,10 @@ fn send_packet(qp: &mut Qp, ctx: &mut Ctx<'_>, index: u32) -> Result<(), WcStatu
         && wqe.flags.contains(SendFlags::SOLICITED)
         && matches!(
             wqe.op,
-            SendOp::Send | SendOp::SendWithImm { .. } | SendOp::SendWithInv { .. } | SendOp::RdmaWriteWithImm { .. }
+            SendOp::Send
+                | SendOp::SendWithImm { .. }
+                | SendOp::SendWithInv { .. }
+                | SendOp::RdmaWriteWithImm { .. }
         );
     let repr = path.frame(bth, ext, payload_len);
 
@@ -306,7 +315,11 @@ fn send_packet(qp: &mut Qp, ctx: &mut Ctx<'_>, index: u32) -> Result<(), WcStatu
         counters::add(&ctx.counters.dma_read_bytes, payload_len as u64);
     }
     trace!(payload = payload_len, ack_req = bth.ack_req, "packet sent");
-    qp.send.since_ack_req = if bth.ack_req { 0 } else { qp.send.since_ack_req + 1 };
+    qp.send.since_ack_req = if bth.ack_req {
+        0
+    } else {
+        qp.send.since_ack_req + 1
+    };
     let end = if wqe.op.is_read_or_atomic() {
         psn::add(packet_psn, qp.sq.entry(index).npkts - n)
     } else {

@@ -27,15 +27,29 @@ pub const REPLY_BURST: usize = 32;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum InMessage {
     Send,
-    Write { rkey: u32, va: u64, len: u64, offset: u64 },
+    Write {
+        rkey: u32,
+        va: u64,
+        len: u64,
+        offset: u64,
+    },
 }
 
 /// What a responder remembers of a READ or atomic, to answer its duplicates (the responder
 /// resources of max_dest_rd_atomic).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Resource {
-    Read { first_psn: u32, npkts: u32, va: u64, rkey: u32, len: u64 },
-    Atomic { psn: u32, original: u64 },
+    Read {
+        first_psn: u32,
+        npkts: u32,
+        va: u64,
+        rkey: u32,
+        len: u64,
+    },
+    Atomic {
+        psn: u32,
+        original: u64,
+    },
 }
 
 /// READ response packets still to send.
@@ -98,8 +112,6 @@ enum Refuse {
     Nak(NakCode),
     /// RNR NAK: no receive posted.
     Rnr,
-    /// Dropped without an answer (UC, or a NAK already sent).
-    Drop,
 }
 
 /// Handles one request packet addressed to this QP.
@@ -124,7 +136,10 @@ pub fn on_request(qp: &mut Qp, ctx: &mut Ctx<'_>, frame: &Frame<'_>) {
             counters::bump(&ctx.counters.rx_out_of_sequence);
             if !qp.recv.nak_sent {
                 qp.recv.nak_sent = true;
-                debug!(expected = qp.recv.epsn, "packet ahead of the expected PSN: sequence NAK");
+                debug!(
+                    expected = qp.recv.epsn,
+                    "packet ahead of the expected PSN: sequence NAK"
+                );
                 let epsn = qp.recv.epsn;
                 send_nak(qp, ctx, epsn, NakCode::PSN_SEQUENCE_ERROR);
             }
@@ -142,7 +157,11 @@ pub fn on_request(qp: &mut Qp, ctx: &mut Ctx<'_>, frame: &Frame<'_>) {
         Ok(consumed) => {
             qp.recv.epsn = psn::add(p, consumed);
             qp.recv.nak_sent = false;
-            if qp.qp_type == QpType::Rc && bth.ack_req && !kind.is_atomic() && kind != Kind::ReadRequest {
+            if qp.qp_type == QpType::Rc
+                && bth.ack_req
+                && !kind.is_atomic()
+                && kind != Kind::ReadRequest
+            {
                 qp.recv.ack_pending = Some(p);
             }
         }
@@ -154,7 +173,8 @@ pub fn on_request(qp: &mut Qp, ctx: &mut Ctx<'_>, frame: &Frame<'_>) {
 /// dropped whole, and nothing is accepted until the next message starts. True when the packet
 /// is to be dropped.
 fn uc_resync(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, kind: Kind) -> bool {
-    let start = roce_wire::Opcode::new(Transport::Uc, kind).is_some_and(|o| o.position().is_start());
+    let start =
+        roce_wire::Opcode::new(Transport::Uc, kind).is_some_and(|o| o.position().is_start());
     if p != qp.recv.epsn {
         if qp.recv.in_message.is_some() {
             counters::bump(&ctx.counters.uc_messages_dropped);
@@ -189,10 +209,13 @@ fn refuse(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, refusal: Refuse) {
             counters::bump(&ctx.counters.rnr_naks_sent);
             qp.recv.nak_sent = true;
             let timer = qp.attrs.min_rnr_timer;
-            info!(qpn = qp.qpn, psn = p, "SEND with no receive posted: RNR NAK");
+            info!(
+                qpn = qp.qpn,
+                psn = p,
+                "SEND with no receive posted: RNR NAK"
+            );
             send_ack(qp, ctx, p, Syndrome::RnrNak { timer });
         }
-        (_, Refuse::Drop) => {}
         (_, _) => {
             // UC: no answers; the message is lost.
             counters::bump(&ctx.counters.uc_messages_dropped);
@@ -226,9 +249,15 @@ fn execute(
         return Err(Refuse::Nak(NakCode::INVALID_REQUEST));
     }
     let mtu = qp.attrs.path_mtu.bytes() as usize;
-    let full = matches!(position, roce_wire::Position::First | roce_wire::Position::Middle);
+    let full = matches!(
+        position,
+        roce_wire::Position::First | roce_wire::Position::Middle
+    );
     if (full && payload.len() != mtu) || payload.len() > mtu {
-        debug!(len = payload.len(), mtu, "payload length does not fit the path MTU");
+        debug!(
+            len = payload.len(),
+            mtu, "payload length does not fit the path MTU"
+        );
         return Err(Refuse::Nak(NakCode::INVALID_REQUEST));
     }
     let access = qp.attrs.access;
@@ -294,7 +323,11 @@ fn receive_send(
     }
     let offset = qp.recv.recv_offset;
     if offset + payload.len() as u64 > qp.recv.recv.capacity() {
-        debug!(needed = offset + payload.len() as u64, posted = qp.recv.recv.capacity(), "SEND longer than the posted receive");
+        debug!(
+            needed = offset + payload.len() as u64,
+            posted = qp.recv.recv.capacity(),
+            "SEND longer than the posted receive"
+        );
         complete_recv(qp, ctx, WcStatus::LocLenErr, WcOpcode::Recv, 0, 0, 0);
         return Err(Refuse::Nak(NakCode::INVALID_REQUEST));
     }
@@ -304,7 +337,11 @@ fn receive_send(
         return Err(Refuse::Nak(NakCode::REMOTE_OPERATIONAL_ERROR));
     }
     counters::add(&ctx.counters.dma_write_bytes, payload.len() as u64);
-    trace!(offset, len = payload.len(), "SEND data placed in the posted receive");
+    trace!(
+        offset,
+        len = payload.len(),
+        "SEND data placed in the posted receive"
+    );
     qp.recv.recv_offset += payload.len() as u64;
     if !position.is_end() {
         qp.recv.in_message = Some(InMessage::Send);
@@ -347,7 +384,12 @@ fn receive_write(
         ctx.mrs
             .resolve_remote(reth.r_key, qp.pd, reth.va, len, Access::REMOTE_WRITE)
             .map_err(access_refusal)?;
-        trace!(rkey = format_args!("{:#x}", reth.r_key), va = format_args!("{:#x}", reth.va), len, "rkey checked: WRITE allowed");
+        trace!(
+            rkey = format_args!("{:#x}", reth.r_key),
+            va = format_args!("{:#x}", reth.va),
+            len,
+            "rkey checked: WRITE allowed"
+        );
         qp.recv.in_message = Some(InMessage::Write {
             rkey: reth.r_key,
             va: reth.va,
@@ -355,7 +397,13 @@ fn receive_write(
             offset: 0,
         });
     }
-    let Some(InMessage::Write { rkey, va, len, offset }) = qp.recv.in_message else {
+    let Some(InMessage::Write {
+        rkey,
+        va,
+        len,
+        offset,
+    }) = qp.recv.in_message
+    else {
         return Err(Refuse::Nak(NakCode::INVALID_REQUEST));
     };
     let end = offset + payload.len() as u64;
@@ -370,7 +418,13 @@ fn receive_write(
     if !payload.is_empty() {
         let place = ctx
             .mrs
-            .resolve_remote(rkey, qp.pd, va + offset, payload.len() as u64, Access::REMOTE_WRITE)
+            .resolve_remote(
+                rkey,
+                qp.pd,
+                va + offset,
+                payload.len() as u64,
+                Access::REMOTE_WRITE,
+            )
             .map_err(access_refusal)?;
         place.write(0, payload).map_err(access_refusal)?;
         counters::add(&ctx.counters.dma_write_bytes, payload.len() as u64);
@@ -382,18 +436,36 @@ fn receive_write(
         );
     }
     if !position.is_end() {
-        qp.recv.in_message = Some(InMessage::Write { rkey, va, len, offset: end });
+        qp.recv.in_message = Some(InMessage::Write {
+            rkey,
+            va,
+            len,
+            offset: end,
+        });
         return Ok(());
     }
     qp.recv.in_message = None;
     if let Some(i) = ext.immdt {
-        complete_recv(qp, ctx, WcStatus::Success, WcOpcode::RecvRdmaWithImm, len as u32, i.imm, wc_flags::WITH_IMM);
+        complete_recv(
+            qp,
+            ctx,
+            WcStatus::Success,
+            WcOpcode::RecvRdmaWithImm,
+            len as u32,
+            i.imm,
+            wc_flags::WITH_IMM,
+        );
     }
     qp.recv.msn = psn::add(qp.recv.msn, 1);
     Ok(())
 }
 
-fn receive_read(qp: &mut Qp, ctx: &mut Ctx<'_>, bth: &bth::Repr, ext: &Extensions) -> Result<u32, Refuse> {
+fn receive_read(
+    qp: &mut Qp,
+    ctx: &mut Ctx<'_>,
+    bth: &bth::Repr,
+    ext: &Extensions,
+) -> Result<u32, Refuse> {
     let reth = ext.reth.unwrap_or_default();
     let len = u64::from(reth.dma_len);
     ctx.mrs
@@ -401,14 +473,23 @@ fn receive_read(qp: &mut Qp, ctx: &mut Ctx<'_>, bth: &bth::Repr, ext: &Extension
         .map_err(access_refusal)?;
     let mtu = u64::from(qp.attrs.path_mtu.bytes());
     let npkts = len.div_ceil(mtu).max(1) as u32;
-    trace!(rkey = format_args!("{:#x}", reth.r_key), va = format_args!("{:#x}", reth.va), len, npkts, "rkey checked: READ allowed");
-    remember(qp, Resource::Read {
-        first_psn: bth.psn,
-        npkts,
-        va: reth.va,
-        rkey: reth.r_key,
+    trace!(
+        rkey = format_args!("{:#x}", reth.r_key),
+        va = format_args!("{:#x}", reth.va),
         len,
-    });
+        npkts,
+        "rkey checked: READ allowed"
+    );
+    remember(
+        qp,
+        Resource::Read {
+            first_psn: bth.psn,
+            npkts,
+            va: reth.va,
+            rkey: reth.r_key,
+            len,
+        },
+    );
     qp.recv.msn = psn::add(qp.recv.msn, 1);
     qp.recv.replies.push_back(ReadReply {
         first_psn: bth.psn,
@@ -420,7 +501,12 @@ fn receive_read(qp: &mut Qp, ctx: &mut Ctx<'_>, bth: &bth::Repr, ext: &Extension
     Ok(npkts)
 }
 
-fn receive_atomic(qp: &mut Qp, ctx: &mut Ctx<'_>, bth: &bth::Repr, ext: &Extensions) -> Result<(), Refuse> {
+fn receive_atomic(
+    qp: &mut Qp,
+    ctx: &mut Ctx<'_>,
+    bth: &bth::Repr,
+    ext: &Extensions,
+) -> Result<(), Refuse> {
     let a = ext.atomic_eth.unwrap_or_default();
     let place = ctx
         .mrs
@@ -438,7 +524,13 @@ fn receive_atomic(qp: &mut Qp, ctx: &mut Ctx<'_>, bth: &bth::Repr, ext: &Extensi
         original,
         "atomic executed on host memory"
     );
-    remember(qp, Resource::Atomic { psn: bth.psn, original });
+    remember(
+        qp,
+        Resource::Atomic {
+            psn: bth.psn,
+            original,
+        },
+    );
     qp.recv.msn = psn::add(qp.recv.msn, 1);
     send_atomic_ack(qp, ctx, bth.psn, original);
     Ok(())
@@ -474,12 +566,27 @@ fn duplicate(qp: &mut Qp, ctx: &mut Ctx<'_>, bth: &bth::Repr, ext: &Extensions) 
             let reth = ext.reth.unwrap_or_default();
             let mtu = u64::from(qp.attrs.path_mtu.bytes());
             let found = qp.recv.resources.iter().rev().find_map(|r| match *r {
-                Resource::Read { first_psn, npkts, va, rkey, len } => {
+                Resource::Read {
+                    first_psn,
+                    npkts,
+                    va,
+                    rkey,
+                    len,
+                } => {
                     let d = psn::diff(p, first_psn);
                     let within = d >= 0 && (d as u32) < npkts;
                     let offset = d.max(0) as u64 * mtu;
-                    (within && reth.r_key == rkey && reth.va == va.wrapping_add(offset) && u64::from(reth.dma_len) == len - offset)
-                        .then_some(ReadReply { first_psn, va, rkey, len, offset })
+                    (within
+                        && reth.r_key == rkey
+                        && reth.va == va.wrapping_add(offset)
+                        && u64::from(reth.dma_len) == len - offset)
+                        .then_some(ReadReply {
+                            first_psn,
+                            va,
+                            rkey,
+                            len,
+                            offset,
+                        })
                 }
                 Resource::Atomic { .. } => None,
             });
@@ -539,9 +646,16 @@ fn send_ack(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, syndrome: Syndrome) {
         qp.recv.ack_pending = None;
     }
     let Some(path) = qp.path else { return };
-    let Some(opcode) = Opcode::new(Transport::Rc, Kind::Acknowledge) else { return };
-    let mut ext = Extensions::default();
-    ext.aeth = Some(aeth::Repr { syndrome, msn: qp.recv.msn });
+    let Some(opcode) = Opcode::new(Transport::Rc, Kind::Acknowledge) else {
+        return;
+    };
+    let ext = Extensions {
+        aeth: Some(aeth::Repr {
+            syndrome,
+            msn: qp.recv.msn,
+        }),
+        ..Extensions::default()
+    };
     let repr = path.frame(bth::Repr::new(opcode, qp.attrs.dest_qp_num, p), ext, 0);
     ctx.tx.send_simple(&repr, &[]);
     if matches!(syndrome, Syndrome::Ack { .. }) {
@@ -555,10 +669,17 @@ fn send_atomic_ack(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, original: u64) {
         qp.recv.ack_pending = None;
     }
     let Some(path) = qp.path else { return };
-    let Some(opcode) = Opcode::new(Transport::Rc, Kind::AtomicAcknowledge) else { return };
-    let mut ext = Extensions::default();
-    ext.aeth = Some(aeth::Repr { syndrome: Syndrome::ack(), msn: qp.recv.msn });
-    ext.atomic_ack_eth = Some(atomic_ack_eth::Repr { original });
+    let Some(opcode) = Opcode::new(Transport::Rc, Kind::AtomicAcknowledge) else {
+        return;
+    };
+    let ext = Extensions {
+        aeth: Some(aeth::Repr {
+            syndrome: Syndrome::ack(),
+            msn: qp.recv.msn,
+        }),
+        atomic_ack_eth: Some(atomic_ack_eth::Repr { original }),
+        ..Extensions::default()
+    };
     let repr = path.frame(bth::Repr::new(opcode, qp.attrs.dest_qp_num, p), ext, 0);
     ctx.tx.send_simple(&repr, &[]);
     trace!(psn = p, original, "atomic ACK sent");
@@ -569,7 +690,9 @@ pub fn send_replies(qp: &mut Qp, ctx: &mut Ctx<'_>, budget: usize) -> usize {
     let mtu = u64::from(qp.attrs.path_mtu.bytes());
     let mut sent = 0;
     while sent < budget {
-        let Some(reply) = qp.recv.replies.front().copied() else { break };
+        let Some(reply) = qp.recv.replies.front().copied() else {
+            break;
+        };
         let Some(path) = qp.path else { break };
         let index = (reply.offset / mtu) as u32;
         let p = psn::add(reply.first_psn, index);
@@ -582,16 +705,31 @@ pub fn send_replies(qp: &mut Qp, ctx: &mut Ctx<'_>, budget: usize) -> usize {
             (false, true) => Kind::ReadResponseLast,
             (false, false) => Kind::ReadResponseMiddle,
         };
-        let Some(opcode) = Opcode::new(Transport::Rc, kind) else { break };
+        let Some(opcode) = Opcode::new(Transport::Rc, kind) else {
+            break;
+        };
         let mut ext = Extensions::default();
         if opcode.headers().contains(roce_wire::Headers::AETH) {
-            ext.aeth = Some(aeth::Repr { syndrome: Syndrome::ack(), msn: qp.recv.msn });
+            ext.aeth = Some(aeth::Repr {
+                syndrome: Syndrome::ack(),
+                msn: qp.recv.msn,
+            });
         }
-        let repr = path.frame(bth::Repr::new(opcode, qp.attrs.dest_qp_num, p), ext, n as usize);
+        let repr = path.frame(
+            bth::Repr::new(opcode, qp.attrs.dest_qp_num, p),
+            ext,
+            n as usize,
+        );
         let pd = qp.pd;
         let mrs = &*ctx.mrs;
         let result = ctx.tx.send(&repr, |dst| {
-            let place = mrs.resolve_remote(reply.rkey, pd, reply.va + reply.offset, n, Access::REMOTE_READ)?;
+            let place = mrs.resolve_remote(
+                reply.rkey,
+                pd,
+                reply.va + reply.offset,
+                n,
+                Access::REMOTE_READ,
+            )?;
             place.read_into(0, dst)
         });
         if let Err(e) = result {
@@ -604,7 +742,11 @@ pub fn send_replies(qp: &mut Qp, ctx: &mut Ctx<'_>, budget: usize) -> usize {
         }
         counters::add(&ctx.counters.dma_read_bytes, n);
         counters::bump(&ctx.counters.read_responses_sent);
-        trace!(psn = p, len = n, "DMA: READ response data read from host memory");
+        trace!(
+            psn = p,
+            len = n,
+            "DMA: READ response data read from host memory"
+        );
         sent += 1;
         match qp.recv.replies.front_mut() {
             Some(r) if !last => r.offset += n,
@@ -626,7 +768,11 @@ fn ud_receive(qp: &mut Qp, ctx: &mut Ctx<'_>, frame: &Frame<'_>) {
     };
     if deth.q_key != qp.attrs.qkey {
         counters::bump(&ctx.counters.rx_qkey_mismatch);
-        debug!(q_key = format_args!("{:#x}", deth.q_key), expected = format_args!("{:#x}", qp.attrs.qkey), "Q_Key mismatch: datagram dropped");
+        debug!(
+            q_key = format_args!("{:#x}", deth.q_key),
+            expected = format_args!("{:#x}", qp.attrs.qkey),
+            "Q_Key mismatch: datagram dropped"
+        );
         return;
     }
     if !qp.recv.recv_active && !take_receive(qp, ctx) {
@@ -647,7 +793,10 @@ fn ud_receive(qp: &mut Qp, ctx: &mut Ctx<'_>, frame: &Frame<'_>) {
         return;
     }
     let sges = &qp.recv.recv.sges;
-    if scatter(ctx.mrs, qp.pd, sges, 0, &grh).and_then(|()| scatter(ctx.mrs, qp.pd, sges, 40, payload)).is_err() {
+    if scatter(ctx.mrs, qp.pd, sges, 0, &grh)
+        .and_then(|()| scatter(ctx.mrs, qp.pd, sges, 40, payload))
+        .is_err()
+    {
         complete_recv(qp, ctx, WcStatus::LocProtErr, WcOpcode::Recv, 0, 0, 0);
         return;
     }
@@ -669,11 +818,23 @@ fn ud_receive(qp: &mut Qp, ctx: &mut Ctx<'_>, frame: &Frame<'_>) {
         wc_flags: flags,
     };
     ctx.cqs.complete(qp.recv_cq, &wc, ctx.counters);
-    trace!(len = payload.len(), src_qp = deth.src_qp, "UD datagram delivered");
+    trace!(
+        len = payload.len(),
+        src_qp = deth.src_qp,
+        "UD datagram delivered"
+    );
 }
 
 /// Completes the receive being filled.
-fn complete_recv(qp: &mut Qp, ctx: &mut Ctx<'_>, status: WcStatus, opcode: WcOpcode, len: u32, imm: u32, flags: u8) {
+fn complete_recv(
+    qp: &mut Qp,
+    ctx: &mut Ctx<'_>,
+    status: WcStatus,
+    opcode: WcOpcode,
+    len: u32,
+    imm: u32,
+    flags: u8,
+) {
     qp.recv.recv_active = false;
     qp.recv.recv_offset = 0;
     let wc = Wc {

@@ -93,7 +93,12 @@ impl SendQueue {
     }
 
     /// Copies newly posted requests out of the ring; `check` validates each one.
-    pub fn fetch(&mut self, cap: &QpCap, ud: bool, mut check: impl FnMut(&SendWqe) -> Option<WcStatus>) -> u32 {
+    pub fn fetch(
+        &mut self,
+        cap: &QpCap,
+        ud: bool,
+        mut check: impl FnMut(&SendWqe) -> Option<WcStatus>,
+    ) -> u32 {
         let mut n = 0;
         while self.ring.next(&mut self.slot) {
             let entry = &mut self.entries[(self.fetched & self.mask) as usize];

@@ -7,9 +7,7 @@ use std::time::{Duration, Instant};
 
 use roce_hostmem::{Access, Region, VaBase};
 
-use super::types::{
-    AddressVector, Gid, QpAttr, QpCap, QpType, RecvWr, SendFlags, SendWr, Sge, Wc,
-};
+use super::types::{AddressVector, Gid, QpAttr, QpCap, QpType, RecvWr, SendFlags, SendWr, Sge, Wc};
 use super::VerbsError;
 use crate::control::{ClientId, DeviceInfo, RegionRef, Request, Response, RingMap};
 use crate::counters::Snapshot;
@@ -75,7 +73,11 @@ impl Context {
         let client = backend.connect()?;
         let device = match backend.call(client, Request::QueryDevice)? {
             Response::Device(d) => d,
-            _ => return Err(VerbsError::Invalid("the NIC did not describe itself".into())),
+            _ => {
+                return Err(VerbsError::Invalid(
+                    "the NIC did not describe itself".into(),
+                ))
+            }
         };
         Ok(Context {
             inner: Arc::new(Inner {
@@ -126,7 +128,7 @@ impl Context {
     /// The NIC's counters now.
     pub fn counters(&self) -> Result<Snapshot, VerbsError> {
         match self.inner.call(Request::Counters)? {
-            Response::Counters(s) => Ok(s),
+            Response::Counters(s) => Ok(*s),
             _ => Err(self.inner.unexpected("a counters query")),
         }
     }
@@ -156,7 +158,13 @@ impl ProtectionDomain {
 
     /// Registers `len` bytes of `region` from `offset`; the range's VA is its offset in the
     /// region.
-    pub fn register(&self, region: &Arc<Region>, offset: usize, len: usize, access: Access) -> Result<MemoryRegion, VerbsError> {
+    pub fn register(
+        &self,
+        region: &Arc<Region>,
+        offset: usize,
+        len: usize,
+        access: Access,
+    ) -> Result<MemoryRegion, VerbsError> {
         self.register_at(region, offset, len, access, VaBase::Offset)
     }
 
@@ -243,7 +251,10 @@ impl ProtectionDomain {
 
     /// An address handle for UD sends to `av`.
     pub fn create_ah(&self, av: AddressVector) -> Result<AddressHandle, VerbsError> {
-        match self.inner.ctx.call(Request::CreateAh { pd: self.inner.pd, av })? {
+        match self.inner.ctx.call(Request::CreateAh {
+            pd: self.inner.pd,
+            av,
+        })? {
             Response::Ah(ah) => Ok(AddressHandle {
                 pd: Arc::clone(&self.inner),
                 ah,
@@ -284,7 +295,11 @@ impl Drop for MemoryRegion {
 
 impl std::fmt::Debug for MemoryRegion {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "MemoryRegion {{ lkey: {:#x}, rkey: {:#x}, va: {:#x}, len: {}, access: {} }}", self.lkey, self.rkey, self.va, self.len, self.access)
+        write!(
+            f,
+            "MemoryRegion {{ lkey: {:#x}, rkey: {:#x}, va: {:#x}, len: {}, access: {} }}",
+            self.lkey, self.rkey, self.va, self.len, self.access
+        )
     }
 }
 
@@ -314,7 +329,11 @@ impl CompletionQueue {
 
     /// Takes up to `out.len()` completions; returns how many.
     pub fn poll(&self, out: &mut [Wc]) -> usize {
-        let mut consumer = self.inner.consumer.lock().unwrap_or_else(|e| e.into_inner());
+        let mut consumer = self
+            .inner
+            .consumer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let mut slot = [0u8; CQE_SIZE];
         let mut n = 0;
         while n < out.len() && consumer.next(&mut slot) {
@@ -352,7 +371,11 @@ impl CompletionQueue {
     }
 
     fn notify_flag(&self, value: u32) {
-        let consumer = self.inner.consumer.lock().unwrap_or_else(|e| e.into_inner());
+        let consumer = self
+            .inner
+            .consumer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         consumer
             .ring()
             .notify()
@@ -404,14 +427,19 @@ impl QueuePair {
 
     /// `ibv_modify_qp`: the `Some` fields of `attr` are the attribute mask.
     pub fn modify(&self, attr: &QpAttr) -> Result<(), VerbsError> {
-        match self.inner.pd.ctx.call(Request::ModifyQp { qpn: self.inner.qpn, attr: *attr })? {
+        match self.inner.pd.ctx.call(Request::ModifyQp {
+            qpn: self.inner.qpn,
+            attr: *attr,
+        })? {
             Response::Done => Ok(()),
             _ => Err(self.inner.pd.ctx.unexpected("modify_qp")),
         }
     }
 
     pub fn query(&self) -> Result<QpAttr, VerbsError> {
-        match self.inner.pd.ctx.call(Request::QueryQp { qpn: self.inner.qpn })? {
+        match self.inner.pd.ctx.call(Request::QueryQp {
+            qpn: self.inner.qpn,
+        })? {
             Response::QpAttr(a) => Ok(a),
             _ => Err(self.inner.pd.ctx.unexpected("query_qp")),
         }
@@ -427,14 +455,18 @@ impl QueuePair {
         let mut result = Ok(());
         for wr in wrs {
             if self.inner.qp_type == QpType::Ud && wr.ud.is_none() {
-                result = Err(VerbsError::Invalid("a UD send needs a destination (address handle, QPN, Q_Key)".into()));
+                result = Err(VerbsError::Invalid(
+                    "a UD send needs a destination (address handle, QPN, Q_Key)".into(),
+                ));
                 break;
             }
             if self.inner.qp_type == QpType::Ud {
                 let mtu = ctx.device.max_mtu.bytes();
                 let len: u64 = wr.sg_list.iter().map(|s| u64::from(s.length)).sum();
                 if len > u64::from(mtu) {
-                    result = Err(VerbsError::Invalid(format!("a UD message of {len} bytes does not fit the {mtu}-byte MTU")));
+                    result = Err(VerbsError::Invalid(format!(
+                        "a UD message of {len} bytes does not fit the {mtu}-byte MTU"
+                    )));
                     break;
                 }
             }
@@ -443,7 +475,9 @@ impl QueuePair {
                 break;
             }
             let inline = if wr.flags.contains(SendFlags::INLINE) {
-                if let Err(e) = gather_inline(&ctx.mrs(), wr.sg_list, cap.max_inline_data, &mut q.inline) {
+                if let Err(e) =
+                    gather_inline(&ctx.mrs(), wr.sg_list, cap.max_inline_data, &mut q.inline)
+                {
                     result = Err(e);
                     break;
                 }
@@ -486,23 +520,38 @@ impl QueuePair {
 }
 
 /// Copies the bytes an inline send names out of this context's registrations.
-fn gather_inline(mrs: &HashMap<u32, LocalMr>, sges: &[Sge], max: u32, out: &mut Vec<u8>) -> Result<(), VerbsError> {
+fn gather_inline(
+    mrs: &HashMap<u32, LocalMr>,
+    sges: &[Sge],
+    max: u32,
+    out: &mut Vec<u8>,
+) -> Result<(), VerbsError> {
     out.clear();
     for sge in sges {
-        let mr = mrs.get(&sge.lkey).ok_or_else(|| VerbsError::Invalid(format!("inline data names unknown lkey {:#x}", sge.lkey)))?;
+        let mr = mrs.get(&sge.lkey).ok_or_else(|| {
+            VerbsError::Invalid(format!("inline data names unknown lkey {:#x}", sge.lkey))
+        })?;
         let within = sge
             .addr
             .checked_sub(mr.va)
             .filter(|off| off + u64::from(sge.length) <= mr.len);
         let Some(off) = within else {
-            return Err(VerbsError::Invalid(format!("inline data at {:#x}+{} is outside its registration", sge.addr, sge.length)));
+            return Err(VerbsError::Invalid(format!(
+                "inline data at {:#x}+{} is outside its registration",
+                sge.addr, sge.length
+            )));
         };
         if out.len() + sge.length as usize > max as usize {
-            return Err(wqe::WqeError::InlineTooLong((out.len() + sge.length as usize) as u64, max).into());
+            return Err(wqe::WqeError::InlineTooLong(
+                (out.len() + sge.length as usize) as u64,
+                max,
+            )
+            .into());
         }
         let start = out.len();
         out.resize(start + sge.length as usize, 0);
-        mr.region.read(mr.offset + off as usize, &mut out[start..])?;
+        mr.region
+            .read(mr.offset + off as usize, &mut out[start..])?;
     }
     Ok(())
 }

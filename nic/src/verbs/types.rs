@@ -22,14 +22,37 @@ pub struct Sge {
 pub enum SendOp {
     Send,
     /// `imm` is the 32-bit immediate, in the byte order it travels in (big-endian on the wire).
-    SendWithImm { imm: u32 },
+    SendWithImm {
+        imm: u32,
+    },
     /// Asks the receiver to invalidate `rkey` on delivery.
-    SendWithInv { rkey: u32 },
-    RdmaWrite { remote_addr: u64, rkey: u32 },
-    RdmaWriteWithImm { remote_addr: u64, rkey: u32, imm: u32 },
-    RdmaRead { remote_addr: u64, rkey: u32 },
-    AtomicCmpAndSwp { remote_addr: u64, rkey: u32, compare: u64, swap: u64 },
-    AtomicFetchAndAdd { remote_addr: u64, rkey: u32, add: u64 },
+    SendWithInv {
+        rkey: u32,
+    },
+    RdmaWrite {
+        remote_addr: u64,
+        rkey: u32,
+    },
+    RdmaWriteWithImm {
+        remote_addr: u64,
+        rkey: u32,
+        imm: u32,
+    },
+    RdmaRead {
+        remote_addr: u64,
+        rkey: u32,
+    },
+    AtomicCmpAndSwp {
+        remote_addr: u64,
+        rkey: u32,
+        compare: u64,
+        swap: u64,
+    },
+    AtomicFetchAndAdd {
+        remote_addr: u64,
+        rkey: u32,
+        add: u64,
+    },
 }
 
 impl SendOp {
@@ -50,7 +73,9 @@ impl SendOp {
     /// The completion opcode of this request on the sender's side.
     pub fn wc_opcode(&self) -> WcOpcode {
         match self {
-            SendOp::Send | SendOp::SendWithImm { .. } | SendOp::SendWithInv { .. } => WcOpcode::Send,
+            SendOp::Send | SendOp::SendWithImm { .. } | SendOp::SendWithInv { .. } => {
+                WcOpcode::Send
+            }
             SendOp::RdmaWrite { .. } | SendOp::RdmaWriteWithImm { .. } => WcOpcode::RdmaWrite,
             SendOp::RdmaRead { .. } => WcOpcode::RdmaRead,
             SendOp::AtomicCmpAndSwp { .. } => WcOpcode::CompSwap,
@@ -83,6 +108,11 @@ impl SendFlags {
 
     pub const fn contains(self, other: SendFlags) -> bool {
         self.0 & other.0 == other.0
+    }
+
+    /// No flags: an unsignaled request.
+    pub const fn empty_flags() -> SendFlags {
+        SendFlags(0)
     }
 }
 
