@@ -1,0 +1,294 @@
+//! A UDP cable: each Ethernet frame travels as one UDP datagram between two socket addresses,
+//! with no header of its own. This is exactly what QEMU's `-netdev dgram` (and the older
+//! `-netdev socket,udp=`) sends, so two NIC processes can be cabled together over loopback, or a
+//! virtual machine's network card plugged straight into our NIC, with no root and no tap device.
+
+use std::fmt;
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::str::FromStr;
+use std::sync::Arc;
+
+use rustix::net::sockopt;
+use tracing::{debug, warn};
+
+use super::Link;
+use crate::buf::{BufPool, FrameBuf, FRAME_CAPACITY};
+use crate::waker::Waker;
+
+/// Socket buffer size asked for in each direction. The default (about 200 KiB) holds fewer than
+/// fifty 4 KiB frames: a burst of one 1 MiB message, or a QEMU guest catching up, overflows it
+/// and every overflow is a retransmission.
+pub const SOCKET_BUFFER: usize = 8 << 20;
+
+/// The two ends of a cable: where our frames arrive, and where we send them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CableAddrs {
+    pub local: SocketAddr,
+    pub remote: SocketAddr,
+}
+
+/// Why a cable description could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CableSpecError {
+    #[error("a cable is LOCAL_UDP_ADDR,REMOTE_UDP_ADDR (for example 127.0.0.1:7001,127.0.0.1:7002), not {0:?}")]
+    Shape(String),
+    #[error("{0:?} is not a UDP address such as 127.0.0.1:7001 or [::1]:7001")]
+    Address(String),
+    #[error("the cable's ends {local} and {remote} are of different IP families")]
+    Family {
+        local: SocketAddr,
+        remote: SocketAddr,
+    },
+}
+
+impl FromStr for CableAddrs {
+    type Err = CableSpecError;
+
+    /// Reads `LOCAL,REMOTE`, each an IPv4 `a.b.c.d:port` or IPv6 `[addr]:port`.
+    fn from_str(text: &str) -> Result<CableAddrs, CableSpecError> {
+        let (local, remote) = text
+            .split_once(',')
+            .ok_or_else(|| CableSpecError::Shape(text.to_owned()))?;
+        let addr = |s: &str| {
+            s.trim()
+                .parse::<SocketAddr>()
+                .map_err(|_| CableSpecError::Address(s.trim().to_owned()))
+        };
+        let (local, remote) = (addr(local)?, addr(remote)?);
+        if local.is_ipv4() != remote.is_ipv4() {
+            return Err(CableSpecError::Family { local, remote });
+        }
+        Ok(CableAddrs { local, remote })
+    }
+}
+
+impl fmt::Display for CableAddrs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{},{}", self.local, self.remote)
+    }
+}
+
+/// One end of a UDP cable.
+pub struct CableLink {
+    socket: UdpSocket,
+    addrs: CableAddrs,
+    pool: Option<Arc<BufPool>>,
+}
+
+impl CableLink {
+    /// Binds `addrs.local` and sends to `addrs.remote`. Fails if the local address is taken or
+    /// not ours.
+    pub fn open(addrs: CableAddrs) -> io::Result<CableLink> {
+        let socket = UdpSocket::bind(addrs.local)?;
+        // Connected: the kernel then delivers only datagrams from the other end, so a stray
+        // sender on the same port cannot inject frames.
+        socket.connect(addrs.remote)?;
+        socket.set_nonblocking(true)?;
+        grow_buffers(&socket);
+        Ok(CableLink {
+            socket,
+            addrs,
+            pool: None,
+        })
+    }
+
+    pub fn addrs(&self) -> CableAddrs {
+        self.addrs
+    }
+
+    fn take_buf(&mut self) -> FrameBuf {
+        // `attach` comes before any receive; a link used without an engine gets its own pool.
+        self.pool.get_or_insert_with(|| BufPool::new(64)).take()
+    }
+}
+
+/// Asks for [`SOCKET_BUFFER`] each way, forcing it past the system limit where we are allowed
+/// to, and says so when the kernel gives less.
+fn grow_buffers(socket: &UdpSocket) {
+    let fd = socket.as_fd();
+    let _ = sockopt::set_socket_recv_buffer_size(fd, SOCKET_BUFFER);
+    let _ = sockopt::set_socket_send_buffer_size(fd, SOCKET_BUFFER);
+    // Linux reports twice what was set (bookkeeping included) and caps plain requests at
+    // net.core.{r,w}mem_max; the forcing variants need CAP_NET_ADMIN.
+    if sockopt::socket_recv_buffer_size(fd).unwrap_or(0) < SOCKET_BUFFER {
+        let _ = sockopt::set_socket_recv_buffer_size_force(fd, SOCKET_BUFFER);
+    }
+    if sockopt::socket_send_buffer_size(fd).unwrap_or(0) < SOCKET_BUFFER {
+        let _ = sockopt::set_socket_send_buffer_size_force(fd, SOCKET_BUFFER);
+    }
+    let rcv = sockopt::socket_recv_buffer_size(fd).unwrap_or(0);
+    let snd = sockopt::socket_send_buffer_size(fd).unwrap_or(0);
+    if rcv < SOCKET_BUFFER || snd < SOCKET_BUFFER {
+        warn!(
+            receive = rcv,
+            send = snd,
+            wanted = SOCKET_BUFFER,
+            "cable socket buffers are small: bursts will be dropped and retransmitted \
+             (raise net.core.rmem_max and net.core.wmem_max)"
+        );
+    }
+}
+
+/// Errors that mean "the frame did not make it", as on a wire: a full socket buffer, or nobody
+/// listening at the other end yet (an ICMP port-unreachable reported on a connected socket).
+fn is_wire_loss(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::ConnectionRefused
+    ) || e.raw_os_error() == Some(libc::ENOBUFS)
+}
+
+impl Link for CableLink {
+    fn send(&mut self, frame: FrameBuf) -> io::Result<()> {
+        // Every error is a dropped frame to the engine, which counts it; see `is_wire_loss`.
+        self.socket.send(&frame).map(|_| ())
+    }
+
+    fn recv(&mut self) -> io::Result<Option<FrameBuf>> {
+        loop {
+            let mut buf = self.take_buf();
+            let flags = rustix::net::RecvFlags::TRUNC;
+            match rustix::net::recv(self.socket.as_fd(), buf.space(), flags) {
+                Ok((_, len)) if len > FRAME_CAPACITY => {
+                    debug!(len, "datagram larger than any frame dropped");
+                    continue;
+                }
+                Ok((_, len)) => {
+                    buf.set_len(len);
+                    return Ok(Some(buf));
+                }
+                Err(e) => {
+                    let e = io::Error::from(e);
+                    if is_wire_loss(&e) {
+                        // WouldBlock: nothing more now. Refused: a send of ours found no
+                        // listener; the error is reported once, the next receive goes on.
+                        if e.kind() == io::ErrorKind::WouldBlock {
+                            return Ok(None);
+                        }
+                        continue;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    fn attach(&mut self, pool: &Arc<BufPool>, _waker: &Arc<Waker>) {
+        self.pool = Some(Arc::clone(pool));
+    }
+
+    fn poll_fd(&self) -> Option<RawFd> {
+        Some(self.socket.as_raw_fd())
+    }
+
+    fn describe(&self) -> String {
+        format!("UDP cable {} -> {}", self.addrs.local, self.addrs.remote)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(text: &str) -> Result<CableAddrs, CableSpecError> {
+        text.parse()
+    }
+
+    #[test]
+    fn cable_specs_parse_for_both_families() {
+        let v4 = spec("127.0.0.1:7001,127.0.0.1:7002").unwrap();
+        assert_eq!(v4.local, "127.0.0.1:7001".parse().unwrap());
+        assert_eq!(v4.remote, "127.0.0.1:7002".parse().unwrap());
+        let v6 = spec("[::1]:7001, [::1]:7002").unwrap();
+        assert_eq!(v6.remote, "[::1]:7002".parse().unwrap());
+        assert_eq!(v6.to_string(), "[::1]:7001,[::1]:7002");
+    }
+
+    #[test]
+    fn bad_cable_specs_say_what_is_wrong() {
+        assert!(matches!(
+            spec("127.0.0.1:7001"),
+            Err(CableSpecError::Shape(_))
+        ));
+        assert_eq!(
+            spec("127.0.0.1,127.0.0.1:7002"),
+            Err(CableSpecError::Address("127.0.0.1".into()))
+        );
+        assert!(matches!(
+            spec("127.0.0.1:1,[::1]:2"),
+            Err(CableSpecError::Family { .. })
+        ));
+    }
+
+    /// Two ends on loopback with ports the kernel picked: bind port 0 first, then cable.
+    fn cabled_pair() -> (CableLink, CableLink) {
+        let a = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let b = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let (pa, pb) = (a.local_addr().unwrap(), b.local_addr().unwrap());
+        drop((a, b));
+        (
+            CableLink::open(CableAddrs {
+                local: pa,
+                remote: pb,
+            })
+            .unwrap(),
+            CableLink::open(CableAddrs {
+                local: pb,
+                remote: pa,
+            })
+            .unwrap(),
+        )
+    }
+
+    fn recv_within(link: &mut CableLink) -> FrameBuf {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            if let Some(frame) = link.recv().unwrap() {
+                return frame;
+            }
+            assert!(std::time::Instant::now() < deadline, "no frame within 5 s");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn frames_cross_the_cable_whole_and_in_order() {
+        let (mut a, mut b) = cabled_pair();
+        let pool = BufPool::new(8);
+        let big: Vec<u8> = (0..FRAME_CAPACITY).map(|i| i as u8).collect();
+        a.send(pool.copy_of(b"first frame")).unwrap();
+        a.send(pool.copy_of(&big)).unwrap();
+        assert_eq!(&recv_within(&mut b)[..], b"first frame");
+        assert_eq!(&recv_within(&mut b)[..], &big[..]);
+        b.send(pool.copy_of(b"back")).unwrap();
+        assert_eq!(&recv_within(&mut a)[..], b"back");
+        assert!(a.recv().unwrap().is_none());
+    }
+
+    #[test]
+    fn datagrams_from_anyone_but_the_peer_are_not_frames() {
+        let (_a, mut b) = cabled_pair();
+        let stranger = UdpSocket::bind("127.0.0.1:0").unwrap();
+        stranger.send_to(b"injected", b.addrs().local).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(b.recv().unwrap().is_none());
+    }
+
+    #[test]
+    fn sending_with_nobody_at_the_other_end_is_a_loss_not_a_failure() {
+        let (mut a, b) = cabled_pair();
+        drop(b);
+        let pool = BufPool::new(8);
+        // The first send may succeed (the ICMP answer comes later); neither it nor the ones
+        // after may break the link.
+        for _ in 0..3 {
+            if let Err(e) = a.send(pool.copy_of(b"anyone?")) {
+                assert!(is_wire_loss(&e), "{e}");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(a.recv().unwrap().is_none());
+    }
+}
