@@ -2,7 +2,7 @@
 //! event line to wake a host program that waits for one.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,21 +45,51 @@ impl EventLine {
         unsafe { libc::write(self.fd(), (&one as *const u64).cast(), 8) };
     }
 
-    /// Waits until signalled or `timeout` passes; true if signalled. Consumes the signal.
-    pub fn wait(&self, timeout: Option<Duration>) -> bool {
-        let mut pfd = libc::pollfd {
-            fd: self.fd(),
-            events: libc::POLLIN,
+    /// Waits until signalled, `timeout` passes, or `hangup` (the NIC's end of a connection)
+    /// hangs up. Consumes the signal.
+    pub fn wait(&self, timeout: Option<Duration>, hangup: Option<BorrowedFd<'_>>) -> Woken {
+        let watch = |fd: RawFd, events| libc::pollfd {
+            fd,
+            events,
             revents: 0,
         };
-        let ms = timeout.map_or(-1, |t| t.as_millis().min(i32::MAX as u128) as libc::c_int);
-        // SAFETY: one valid pollfd.
-        let ready = unsafe { libc::poll(&mut pfd, 1, ms) };
+        let mut fds = [
+            watch(self.fd(), libc::POLLIN),
+            // Only the hang-up is of interest: the connection's answers are read elsewhere.
+            watch(hangup.map_or(-1, |fd| fd.as_raw_fd()), libc::POLLRDHUP),
+        ];
+        let ms = timeout.map_or(-1, |t| {
+            t.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int
+        });
+        // SAFETY: two valid pollfds; a negative fd is ignored by poll.
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
+        if ready > 0 && fds[1].revents & (libc::POLLHUP | libc::POLLRDHUP | libc::POLLERR) != 0 {
+            return Woken::HungUp;
+        }
         let mut count = 0u64;
         // SAFETY: reads into a valid u64 from a non-blocking eventfd.
         unsafe { libc::read(self.fd(), (&mut count as *mut u64).cast(), 8) };
-        ready > 0
+        if ready > 0 {
+            Woken::Signalled
+        } else {
+            Woken::TimedOut
+        }
     }
+}
+
+impl AsFd for EventLine {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+/// Why [`EventLine::wait`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Woken {
+    Signalled,
+    TimedOut,
+    /// The hang-up descriptor reported that the other end is gone.
+    HungUp,
 }
 
 /// One completion queue, engine side.

@@ -4,11 +4,12 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use crossbeam::channel::{self, Sender};
+use roce_hostmem::Region;
 use roce_wire::EthernetAddress;
 
 use crate::buf::BufPool;
@@ -70,11 +71,22 @@ impl DeviceConfig {
     }
 }
 
-/// The engine's end of a device, shared by every context opened on it in this process.
+/// The engine's end of a device, shared by every context opened on it in this process (and by
+/// the control socket that serves other processes).
 struct Handle {
+    name: String,
     control: Sender<Control>,
     waker: Arc<Waker>,
     next_client: AtomicU64,
+    stopped: AtomicBool,
+}
+
+impl Handle {
+    fn gone(&self) -> VerbsError {
+        VerbsError::DeviceGone {
+            nic: self.name.clone(),
+        }
+    }
 }
 
 impl Backend for Handle {
@@ -90,13 +102,35 @@ impl Backend for Handle {
                 request,
                 reply,
             }))
-            .map_err(|_| VerbsError::DeviceGone)?;
+            .map_err(|_| self.gone())?;
         self.waker.signal();
-        answer.recv().map_err(|_| VerbsError::DeviceGone)?
+        answer.recv().map_err(|_| self.gone())?
     }
 
     fn doorbell(&self) -> &Arc<Waker> {
         &self.waker
+    }
+
+    fn alive(&self) -> bool {
+        !self.stopped.load(Ordering::Relaxed)
+    }
+}
+
+/// The word the engine announces its sleep in. Hosts in other processes must read it without a
+/// system call, so with shared rings it lives in a small named region `<prefix>-doorbell`
+/// (replacing one a crashed earlier run left), which is removed when the device is dropped.
+fn doorbell_word(rings: &RingMemory) -> io::Result<(SharedWord, Option<String>)> {
+    match rings {
+        RingMemory::Private => Ok((SharedWord::private(), None)),
+        RingMemory::Shared { prefix } => {
+            let name = format!("{prefix}-doorbell");
+            let _ = Region::remove(&name);
+            let region = Arc::new(Region::create(&name, 64).map_err(io::Error::other)?);
+            let word = region.as_ptr();
+            // SAFETY: a region's mapping is page aligned and at least a page long, and the Arc
+            // keeps it mapped as long as the word is used.
+            Ok((unsafe { SharedWord::at(word, region) }, Some(name)))
+        }
     }
 }
 
@@ -105,6 +139,8 @@ pub struct Device {
     handle: Arc<Handle>,
     counters: Arc<Counters>,
     config: DeviceConfig,
+    /// With shared rings: the region holding the doorbell's "sleeping" word.
+    doorbell_region: Option<String>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -121,7 +157,8 @@ impl Device {
             )
         })?;
         let (control, requests) = channel::unbounded();
-        let waker = Waker::new(SharedWord::private())?;
+        let (sleeping, doorbell_region) = doorbell_word(&config.rings)?;
+        let waker = Waker::new(sleeping)?;
         let counters = Arc::new(Counters::default());
         let port = PortInfo {
             mac: config.mac,
@@ -146,12 +183,15 @@ impl Device {
             .spawn(move || engine.run())?;
         Ok(Device {
             handle: Arc::new(Handle {
+                name: config.name.clone(),
                 control,
                 waker,
                 next_client: AtomicU64::new(1),
+                stopped: AtomicBool::new(false),
             }),
             counters,
             config,
+            doorbell_region,
             thread: Some(thread),
         })
     }
@@ -174,6 +214,17 @@ impl Device {
         &self.counters
     }
 
+    /// The engine's end, for the control socket that serves host programs in other processes.
+    pub(crate) fn backend(&self) -> Arc<dyn Backend> {
+        Arc::clone(&self.handle) as Arc<dyn Backend>
+    }
+
+    /// The region other processes map to read the doorbell's "sleeping" word (shared rings
+    /// only).
+    pub(crate) fn doorbell_region(&self) -> Option<&str> {
+        self.doorbell_region.as_deref()
+    }
+
     /// Stops the engine: QPs go to the error state, the link is flushed.
     pub fn stop(mut self) {
         self.shutdown();
@@ -181,6 +232,7 @@ impl Device {
 
     fn shutdown(&mut self) {
         if let Some(thread) = self.thread.take() {
+            self.handle.stopped.store(true, Ordering::Relaxed);
             let _ = self.handle.control.send(Control::Shutdown);
             self.handle.waker.signal();
             let _ = thread.join();

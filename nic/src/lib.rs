@@ -16,6 +16,7 @@ pub mod counters;
 pub mod cq;
 mod device;
 mod engine;
+pub mod host;
 pub mod link;
 pub mod qp;
 pub mod ring;

@@ -5,7 +5,7 @@
 //! to memory, as with a hardware NIC's doorbell record.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -58,6 +58,13 @@ impl SharedWord {
     }
 }
 
+impl AsFd for Waker {
+    /// The eventfd that wakes the engine, to hand to host programs in other processes.
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.eventfd.as_fd()
+    }
+}
+
 impl Waker {
     pub fn new(sleeping: SharedWord) -> io::Result<Arc<Waker>> {
         // SAFETY: plain system call; the result is checked.
@@ -75,10 +82,6 @@ impl Waker {
     /// A waker whose eventfd another process handed over.
     pub fn from_parts(sleeping: SharedWord, eventfd: OwnedFd) -> Arc<Waker> {
         Arc::new(Waker { sleeping, eventfd })
-    }
-
-    pub fn eventfd(&self) -> RawFd {
-        self.eventfd.as_raw_fd()
     }
 
     /// Wakes the engine if it sleeps. Call after publishing the work (the store that makes the

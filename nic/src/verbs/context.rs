@@ -2,6 +2,8 @@
 //! PD alive), and dropping one destroys it in the NIC, as `ibv_destroy_*` would.
 
 use std::collections::HashMap;
+use std::os::fd::BorrowedFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -11,7 +13,7 @@ use super::types::{AddressVector, Gid, QpAttr, QpCap, QpType, RecvWr, SendFlags,
 use super::VerbsError;
 use crate::control::{ClientId, DeviceInfo, RegionRef, Request, Response, RingMap};
 use crate::counters::Snapshot;
-use crate::cq::EventLine;
+use crate::cq::{EventLine, Woken};
 use crate::ring::{Consumer, Producer, Ring};
 use crate::waker::Waker;
 use crate::wqe::{self, decode_cqe, CQE_SIZE};
@@ -24,6 +26,16 @@ pub trait Backend: Send + Sync {
     fn call(&self, client: ClientId, request: Request) -> Result<Response, VerbsError>;
     /// The doorbell: wakes the engine after work was posted.
     fn doorbell(&self) -> &Arc<Waker>;
+    /// False once the NIC is known to have stopped. Posting work asks before every batch, so
+    /// this must cost no system call.
+    fn alive(&self) -> bool {
+        true
+    }
+    /// A descriptor that hangs up (POLLHUP) when the NIC goes away, for a sleeping wait to
+    /// watch beside its event line, so that a dead NIC ends the wait instead of a timeout.
+    fn hangup_fd(&self) -> Option<BorrowedFd<'_>> {
+        None
+    }
 }
 
 /// What a context knows of a memory registration, to copy inline data from it.
@@ -39,6 +51,9 @@ struct Inner {
     client: ClientId,
     device: DeviceInfo,
     mrs: Mutex<HashMap<u32, LocalMr>>,
+    /// Set when a wait saw the NIC hang up, so the next post fails even before the backend
+    /// has noticed.
+    gone: AtomicBool,
 }
 
 impl Inner {
@@ -48,6 +63,20 @@ impl Inner {
 
     fn unexpected(&self, what: &str) -> VerbsError {
         VerbsError::Invalid(format!("the NIC answered {what} with something else"))
+    }
+
+    fn device_gone(&self) -> VerbsError {
+        VerbsError::DeviceGone {
+            nic: self.device.name.clone(),
+        }
+    }
+
+    /// Err once the NIC is known to have stopped; posting work would only fill dead rings.
+    fn check_alive(&self) -> Result<(), VerbsError> {
+        if self.gone.load(Ordering::Relaxed) || !self.backend.alive() {
+            return Err(self.device_gone());
+        }
+        Ok(())
     }
 
     fn mrs(&self) -> MutexGuard<'_, HashMap<u32, LocalMr>> {
@@ -85,6 +114,7 @@ impl Context {
                 client,
                 device,
                 mrs: Mutex::new(HashMap::new()),
+                gone: AtomicBool::new(false),
             }),
         })
     }
@@ -344,29 +374,44 @@ impl CompletionQueue {
         n
     }
 
-    /// Like [`CompletionQueue::poll`], but sleeps until at least one completion arrives or
-    /// `timeout` passes (then returns 0).
+    /// Like [`CompletionQueue::try_wait`], for callers that treat a stopped NIC like a
+    /// timeout: returns 0 then.
     pub fn wait(&self, out: &mut [Wc], timeout: Option<Duration>) -> usize {
+        self.try_wait(out, timeout).unwrap_or(0)
+    }
+
+    /// Like [`CompletionQueue::poll`], but sleeps until at least one completion arrives or
+    /// `timeout` passes (then returns 0). Completions already written are returned even after
+    /// the NIC stopped; after that, a stopped NIC is [`VerbsError::DeviceGone`], never a hang.
+    pub fn try_wait(&self, out: &mut [Wc], timeout: Option<Duration>) -> Result<usize, VerbsError> {
+        let ctx = &self.inner.ctx;
         let deadline = timeout.map(|t| Instant::now() + t);
         loop {
             let n = self.poll(out);
             if n > 0 {
-                return n;
+                return Ok(n);
             }
+            ctx.check_alive()?;
             // Ask for an event, then look once more: a completion written before the request
             // was seen would otherwise be slept through.
             self.notify_flag(1);
             let n = self.poll(out);
             if n > 0 {
                 self.notify_flag(0);
-                return n;
+                return Ok(n);
             }
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             if left == Some(Duration::ZERO) {
                 self.notify_flag(0);
-                return 0;
+                return Ok(0);
             }
-            self.inner.event.wait(left);
+            if self.inner.event.wait(left, ctx.backend.hangup_fd()) == Woken::HungUp {
+                self.notify_flag(0);
+                ctx.gone.store(true, Ordering::Relaxed);
+                // Completions the NIC flushed on its way out come first.
+                let n = self.poll(out);
+                return if n > 0 { Ok(n) } else { Err(ctx.device_gone()) };
+            }
         }
     }
 
@@ -449,6 +494,7 @@ impl QueuePair {
     /// the failing one are posted and the rest are not.
     pub fn post_send(&self, wrs: &[SendWr<'_>]) -> Result<(), VerbsError> {
         let ctx = &self.inner.pd.ctx;
+        ctx.check_alive()?;
         let cap = &self.inner.cap;
         let mut q = self.inner.sq.lock().unwrap_or_else(|e| e.into_inner());
         let q = &mut *q;
@@ -499,6 +545,7 @@ impl QueuePair {
     /// Posts receive work requests.
     pub fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), VerbsError> {
         let ctx = &self.inner.pd.ctx;
+        ctx.check_alive()?;
         let mut q = self.inner.rq.lock().unwrap_or_else(|e| e.into_inner());
         let q = &mut *q;
         let mut result = Ok(());

@@ -30,8 +30,15 @@ pub enum VerbsError {
     SendQueueFull(u32),
     #[error("the receive queue is full ({0} requests outstanding)")]
     RecvQueueFull(u32),
-    #[error("the NIC has stopped")]
-    DeviceGone,
+    /// No NIC process of that name answers on this machine.
+    #[error("no NIC named {nic} is running (nothing answers at {})", path.display())]
+    NoDevice {
+        nic: String,
+        path: std::path::PathBuf,
+    },
+    /// The NIC's engine has stopped, or its process has gone away.
+    #[error("the NIC {nic} has stopped")]
+    DeviceGone { nic: String },
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }

@@ -1,0 +1,214 @@
+//! The host library's end of a NIC's control socket: a verbs [`Backend`] for a NIC in another
+//! process. Control verbs are a request and an answer on the socket; posting work and polling
+//! completions never touch it — they go through the rings the NIC shares, and the doorbell is
+//! a store to the shared "sleeping" word plus, only while the engine sleeps, an eventfd write.
+//!
+//! A NIC that dies closes its end of the socket. A small thread watches for that, so that
+//! posting work (which has no system call to fail) fails with "the NIC has stopped" instead of
+//! filling rings nobody reads; waits watch the socket themselves.
+
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use roce_hostmem::Region;
+use rustix::event::PollFlags;
+use tracing::info;
+
+use super::messages::{recv_from_nic, send_to_nic, FromNic, ToNic, Welcome, PROTOCOL_VERSION};
+use super::socket_path::socket_path;
+use super::stop_line::StopLine;
+use crate::control::{ClientId, Request, Response};
+use crate::verbs::{Backend, Context, VerbsError};
+use crate::waker::{SharedWord, Waker};
+
+/// Opens the NIC called `nic` (`ibv_open_device` for a NIC process on this machine).
+pub fn connect(nic: &str) -> Result<Context, VerbsError> {
+    Context::open(SocketBackend::connect(nic)? as Arc<dyn Backend>)
+}
+
+/// A connection to a NIC process. Several contexts may be opened on one connection.
+pub struct SocketBackend {
+    nic: String,
+    stream: Mutex<UnixStream>,
+    /// A second handle on the socket, polled (never read) for the NIC's hang-up.
+    liveness: Arc<UnixStream>,
+    doorbell: Arc<Waker>,
+    gone: Arc<AtomicBool>,
+    stop: Arc<StopLine>,
+    watcher: Option<JoinHandle<()>>,
+}
+
+impl SocketBackend {
+    /// Connects to the NIC called `nic`, whose socket is found by [`super::socket_path`].
+    pub fn connect(nic: &str) -> Result<Arc<SocketBackend>, VerbsError> {
+        SocketBackend::connect_at(nic, &socket_path(nic))
+    }
+
+    /// Connects to the NIC called `nic` through the socket at `path`.
+    pub fn connect_at(nic: &str, path: &Path) -> Result<Arc<SocketBackend>, VerbsError> {
+        let stream = UnixStream::connect(path).map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => VerbsError::NoDevice {
+                nic: nic.to_owned(),
+                path: path.to_owned(),
+            },
+            _ => VerbsError::Invalid(format!(
+                "cannot reach the NIC {nic} at {}: {e}",
+                path.display()
+            )),
+        })?;
+        let gone_early = || VerbsError::DeviceGone {
+            nic: nic.to_owned(),
+        };
+        send_to_nic(
+            &stream,
+            &ToNic::Hello {
+                version: PROTOCOL_VERSION,
+            },
+        )
+        .map_err(|_| gone_early())?;
+        let welcome = match recv_from_nic(&stream, &mut refuse_regions)? {
+            Some(FromNic::Welcome(w)) => w,
+            Some(_) => return Err(VerbsError::Invalid(format!("the NIC {nic} did not greet"))),
+            None => return Err(gone_early()),
+        };
+        if welcome.version != PROTOCOL_VERSION {
+            return Err(VerbsError::Invalid(format!(
+                "the NIC {nic} speaks control protocol version {}, this library version {}",
+                welcome.version, PROTOCOL_VERSION
+            )));
+        }
+        let nic = welcome.nic.clone();
+        let doorbell = doorbell(welcome)?;
+        let liveness = Arc::new(stream.try_clone()?);
+        let gone = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(StopLine::new()?);
+        let watcher = {
+            let (liveness, gone, stop) =
+                (Arc::clone(&liveness), Arc::clone(&gone), Arc::clone(&stop));
+            let name = nic.clone();
+            std::thread::Builder::new()
+                .name(format!("{nic}-watch"))
+                .spawn(move || {
+                    // Only a hang-up is of interest; answers are read by `call`.
+                    if stop.wait_for(liveness.as_fd(), PollFlags::RDHUP).is_some() {
+                        gone.store(true, Ordering::Relaxed);
+                        info!(nic = %name, "the NIC has stopped");
+                    }
+                })?
+        };
+        Ok(Arc::new(SocketBackend {
+            nic,
+            stream: Mutex::new(stream),
+            liveness,
+            doorbell,
+            gone,
+            stop,
+            watcher: Some(watcher),
+        }))
+    }
+
+    /// The NIC's name.
+    pub fn nic(&self) -> &str {
+        &self.nic
+    }
+
+    fn gone(&self) -> VerbsError {
+        self.gone.store(true, Ordering::Relaxed);
+        VerbsError::DeviceGone {
+            nic: self.nic.clone(),
+        }
+    }
+
+    /// One request and its answer. A connection that fails on the way means the NIC is gone.
+    fn exchange(&self, message: &ToNic) -> Result<FromNic, VerbsError> {
+        if self.gone.load(Ordering::Relaxed) {
+            return Err(self.gone());
+        }
+        let stream = self.stream.lock().unwrap_or_else(|e| e.into_inner());
+        match send_to_nic(&stream, message) {
+            Ok(()) => {}
+            Err(VerbsError::Io(_)) => return Err(self.gone()),
+            Err(e) => return Err(e),
+        }
+        match recv_from_nic(&stream, &mut attach_region) {
+            Ok(Some(answer)) => Ok(answer),
+            Ok(None) | Err(VerbsError::Io(_)) => Err(self.gone()),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// The doorbell of the NIC: its "sleeping" word in the shared region, and its eventfd.
+fn doorbell(welcome: Welcome) -> Result<Arc<Waker>, VerbsError> {
+    let region = Arc::new(Region::attach(&welcome.doorbell_region)?);
+    // A region is at least a page; checked anyway, as the name came from outside.
+    if region.len() < 4 {
+        return Err(VerbsError::Invalid(
+            "the doorbell region is too small".into(),
+        ));
+    }
+    let word = region.as_ptr();
+    // SAFETY: a region's mapping is page aligned, holds at least 4 bytes (checked), and the
+    // Arc keeps it mapped as long as the word is used.
+    let sleeping = unsafe { SharedWord::at(word, region) };
+    Ok(Waker::from_parts(sleeping, welcome.doorbell))
+}
+
+fn attach_region(name: &str) -> Result<Arc<Region>, VerbsError> {
+    Ok(Arc::new(Region::attach(name)?))
+}
+
+fn refuse_regions(name: &str) -> Result<Arc<Region>, VerbsError> {
+    Err(VerbsError::Invalid(format!(
+        "the NIC named region {name} in its greeting"
+    )))
+}
+
+impl Backend for SocketBackend {
+    fn connect(&self) -> Result<ClientId, VerbsError> {
+        match self.exchange(&ToNic::Open)? {
+            FromNic::Opened(client) => Ok(client),
+            FromNic::Answer(Err(e)) => Err(e),
+            _ => Err(VerbsError::Invalid(format!(
+                "the NIC {} answered an open with something else",
+                self.nic
+            ))),
+        }
+    }
+
+    fn call(&self, client: ClientId, request: Request) -> Result<Response, VerbsError> {
+        match self.exchange(&ToNic::Call { client, request })? {
+            FromNic::Answer(answer) => answer,
+            _ => Err(VerbsError::Invalid(format!(
+                "the NIC {} answered a request with something else",
+                self.nic
+            ))),
+        }
+    }
+
+    fn doorbell(&self) -> &Arc<Waker> {
+        &self.doorbell
+    }
+
+    fn alive(&self) -> bool {
+        !self.gone.load(Ordering::Relaxed)
+    }
+
+    fn hangup_fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.liveness.as_fd())
+    }
+}
+
+impl Drop for SocketBackend {
+    fn drop(&mut self) {
+        self.stop.raise();
+        if let Some(watcher) = self.watcher.take() {
+            let _ = watcher.join();
+        }
+    }
+}

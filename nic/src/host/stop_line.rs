@@ -1,0 +1,73 @@
+//! A stop signal that threads blocked on a socket can watch: an eventfd that is written once and
+//! never read, so it stays readable for every thread that polls it.
+
+use std::io;
+use std::os::fd::{BorrowedFd, OwnedFd};
+
+use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags};
+
+#[derive(Debug)]
+pub struct StopLine {
+    fd: OwnedFd,
+}
+
+impl StopLine {
+    pub fn new() -> io::Result<StopLine> {
+        Ok(StopLine {
+            fd: eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?,
+        })
+    }
+
+    /// Raises the line: every present and future wait returns.
+    pub fn raise(&self) {
+        // A full counter already means "raised".
+        let _ = rustix::io::write(&self.fd, &1u64.to_ne_bytes());
+    }
+
+    /// Sleeps until `fd` reports one of `events` (or a hang-up or error), and returns what it
+    /// reported; `None` once the line is raised.
+    pub fn wait_for(&self, fd: BorrowedFd<'_>, events: PollFlags) -> Option<PollFlags> {
+        loop {
+            let mut fds = [
+                PollFd::from_borrowed_fd(fd, events),
+                PollFd::new(&self.fd, PollFlags::IN),
+            ];
+            match poll(&mut fds, None) {
+                Ok(_) if !fds[1].revents().is_empty() => return None,
+                Ok(_) if !fds[0].revents().is_empty() => return Some(fds[0].revents()),
+                Ok(_) | Err(rustix::io::Errno::INTR) => continue,
+                // Only a bad descriptor makes poll fail: nothing more to wait for.
+                Err(_) => return None,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::fd::AsFd;
+    use std::os::unix::net::UnixStream;
+    use std::sync::Arc;
+
+    #[test]
+    fn a_wait_ends_on_its_descriptor_or_on_the_raised_line() {
+        let stop = Arc::new(StopLine::new().unwrap());
+        let (mut a, b) = UnixStream::pair().unwrap();
+        a.write_all(b"x").unwrap();
+        let seen = stop.wait_for(b.as_fd(), PollFlags::IN).unwrap();
+        assert!(seen.contains(PollFlags::IN));
+
+        let (_a, b) = UnixStream::pair().unwrap();
+        let waiter = {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || stop.wait_for(b.as_fd(), PollFlags::IN))
+        };
+        stop.raise();
+        assert_eq!(waiter.join().unwrap(), None);
+        // Raised for good: a later wait returns at once too.
+        let (_c, d) = UnixStream::pair().unwrap();
+        assert_eq!(stop.wait_for(d.as_fd(), PollFlags::IN), None);
+    }
+}

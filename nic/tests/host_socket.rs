@@ -1,0 +1,380 @@
+//! Host programs reaching a NIC through its control socket and shared rings, as they would from
+//! another process (here from the same one, so failures are easy to read; the cross-process
+//! tests live with the `roce` binary).
+
+mod common;
+
+use std::io::Write;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{all_access, ip, pattern};
+use roce_hostmem::Region;
+use roce_nic::host::{Server, ServerError, SocketBackend};
+use roce_nic::link::mem;
+use roce_nic::verbs::*;
+use roce_nic::{Device, DeviceConfig, RingMemory};
+
+/// A private socket directory for one test, removed at the end.
+struct Dir(PathBuf);
+
+impl Dir {
+    fn new(label: &str) -> Dir {
+        let dir = std::env::temp_dir().join(format!("roce-sock-{}-{label}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Dir(dir)
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Two NICs with shared rings on an in-process cable, each serving a socket in `dir`.
+struct Nics {
+    a: (Device, Server),
+    b: (Device, Server),
+}
+
+fn nic_name(label: &str, end: char) -> String {
+    format!("t{}{label}{end}", std::process::id())
+}
+
+fn nics(dir: &Path, label: &str) -> Nics {
+    let (la, lb) = mem::pair();
+    let config = |end, n| {
+        let mut c = DeviceConfig::new(&nic_name(label, end), ip(n));
+        c.rings = RingMemory::Shared {
+            prefix: c.name.clone(),
+        };
+        c
+    };
+    let (mut ca, mut cb) = (config('a', 1), config('b', 2));
+    ca.neighbours.push((ip(2), cb.mac));
+    cb.neighbours.push((ip(1), ca.mac));
+    let serve = |device: Device| {
+        let path = dir.join(format!("{}.sock", device.config().name));
+        let server = Server::start(&device, &path).unwrap();
+        (device, server)
+    };
+    Nics {
+        a: serve(Device::start(ca, la).unwrap()),
+        b: serve(Device::start(cb, lb).unwrap()),
+    }
+}
+
+fn connect(nic: &(Device, Server)) -> Context {
+    let backend = SocketBackend::connect_at(&nic.0.config().name, nic.1.path()).unwrap();
+    Context::open(backend).unwrap()
+}
+
+struct Host {
+    ctx: Context,
+    cq: CompletionQueue,
+    qp: QueuePair,
+    region: Arc<Region>,
+    mr: MemoryRegion,
+    _pd: ProtectionDomain,
+}
+
+fn host(ctx: Context, region: &str) -> Host {
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(64).unwrap();
+    let qp = pd
+        .create_qp(QpType::Rc, &cq, &cq, QpCap::default())
+        .unwrap();
+    let region = Arc::new(Region::create(region, 1 << 20).unwrap());
+    let mr = pd.register(&region, 0, region.len(), all_access()).unwrap();
+    Host {
+        ctx,
+        cq,
+        qp,
+        region,
+        mr,
+        _pd: pd,
+    }
+}
+
+fn connect_qps(a: &Host, b: &Host) {
+    for (me, peer, n) in [(a, b, 2), (b, a, 1)] {
+        me.qp.modify(&QpAttr::init(all_access())).unwrap();
+        let av = AddressVector::to(Gid::from_ip(ip(n)), 1);
+        me.qp
+            .modify(&QpAttr::rtr(av, peer.qp.qp_num(), 0, Mtu::M4096))
+            .unwrap();
+        me.qp.modify(&QpAttr::rts(0)).unwrap();
+    }
+}
+
+fn completion(host: &Host) -> Wc {
+    let mut wc = [Wc {
+        wr_id: 0,
+        status: WcStatus::GeneralErr,
+        opcode: WcOpcode::Send,
+        byte_len: 0,
+        imm_data: 0,
+        qp_num: 0,
+        src_qp: 0,
+        wc_flags: 0,
+    }];
+    let n = host
+        .cq
+        .try_wait(&mut wc, Some(Duration::from_secs(10)))
+        .unwrap();
+    assert_eq!(n, 1, "no completion within 10 s");
+    wc[0]
+}
+
+fn post(host: &Host, wr_id: u64, op: SendOp, sge: Sge) {
+    host.qp
+        .post_send(&[SendWr {
+            wr_id,
+            op,
+            sg_list: &[sge],
+            flags: SendFlags::SIGNALED,
+            ud: None,
+        }])
+        .unwrap();
+}
+
+fn shm_exists(name: &str) -> bool {
+    Path::new(&format!("/dev/shm/roce-{name}")).exists()
+}
+
+#[test]
+fn write_read_and_atomics_through_sockets_and_shared_rings() {
+    let dir = Dir::new("data");
+    let nics = nics(&dir.0, "data");
+    let a = host(connect(&nics.a), &nic_name("data", 'x'));
+    let b = host(connect(&nics.b), &nic_name("data", 'y'));
+    connect_qps(&a, &b);
+
+    let data = pattern(300_000, 1);
+    a.region.write(0, &data).unwrap();
+    let remote = |offset: u64| (b.mr.va + offset, b.mr.rkey);
+    let (addr, rkey) = remote(4096);
+    post(
+        &a,
+        1,
+        SendOp::RdmaWrite {
+            remote_addr: addr,
+            rkey,
+        },
+        a.mr.sge(0, 300_000),
+    );
+    assert_eq!(completion(&a).status, WcStatus::Success);
+    let mut landed = vec![0; data.len()];
+    b.region.read(4096, &mut landed).unwrap();
+    assert!(landed == data, "written bytes differ");
+
+    let (addr, rkey) = remote(4096 + 1000);
+    post(
+        &a,
+        2,
+        SendOp::RdmaRead {
+            remote_addr: addr,
+            rkey,
+        },
+        a.mr.sge(500_000, 5000),
+    );
+    assert_eq!(completion(&a).status, WcStatus::Success);
+    let mut read = vec![0; 5000];
+    a.region.read(500_000, &mut read).unwrap();
+    assert_eq!(read, data[1000..6000]);
+
+    b.region.write(900_000, &40u64.to_ne_bytes()).unwrap();
+    let (addr, rkey) = remote(900_000);
+    post(
+        &a,
+        3,
+        SendOp::AtomicFetchAndAdd {
+            remote_addr: addr,
+            rkey,
+            add: 2,
+        },
+        a.mr.sge(800_000, 8),
+    );
+    let wc = completion(&a);
+    assert_eq!((wc.wr_id, wc.status), (3, WcStatus::Success));
+    let mut value = [0u8; 8];
+    b.region.read(900_000, &mut value).unwrap();
+    assert_eq!(u64::from_ne_bytes(value), 42);
+    a.region.read(800_000, &mut value).unwrap();
+    assert_eq!(u64::from_ne_bytes(value), 40);
+    assert!(a.ctx.counters().unwrap().tx_frames > 70);
+}
+
+#[test]
+fn a_host_cannot_touch_another_hosts_objects() {
+    let dir = Dir::new("own");
+    let nics = nics(&dir.0, "own");
+    let owner = host(connect(&nics.a), &nic_name("own", 'x'));
+    let other = connect(&nics.a);
+    let pd = other.alloc_pd().unwrap();
+    let cq = other.create_cq(4).unwrap();
+    let qp = pd
+        .create_qp(QpType::Rc, &cq, &cq, QpCap::default())
+        .unwrap();
+    // The other host's QP number is not the owner's; modifying by the owner's number through
+    // the other context is refused by the engine.
+    assert_ne!(qp.qp_num(), owner.qp.qp_num());
+    let backend = SocketBackend::connect_at(&nics.a.0.config().name, nics.a.1.path()).unwrap();
+    let stranger = backend.connect().unwrap();
+    let err = backend
+        .call(
+            stranger,
+            roce_nic::control::Request::DestroyQp {
+                qpn: owner.qp.qp_num(),
+            },
+        )
+        .unwrap_err();
+    assert!(
+        matches!(err, VerbsError::NoSuchObject { kind: "QP", .. }),
+        "{err}"
+    );
+    // A context id this connection did not open is refused before the engine sees it.
+    let err = backend
+        .call(stranger + 1000, roce_nic::control::Request::AllocPd)
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("not opened on this connection"),
+        "{err}"
+    );
+    assert_eq!(owner.qp.query().unwrap().qp_state, Some(QpState::Reset));
+}
+
+#[test]
+fn a_stopped_nic_fails_the_next_verb_instead_of_hanging() {
+    let dir = Dir::new("stop");
+    let nics = nics(&dir.0, "stop");
+    let nic = nics.a.0.config().name.clone();
+    let a = host(connect(&nics.a), &nic_name("stop", 'x'));
+    let b = host(connect(&nics.b), &nic_name("stop", 'y'));
+    connect_qps(&a, &b);
+    let Nics {
+        a: (device, server),
+        b: other_nic,
+    } = nics;
+    let waiter = std::thread::spawn(move || {
+        let mut wc = [completion_placeholder()];
+        let started = Instant::now();
+        let result = a.cq.try_wait(&mut wc, Some(Duration::from_secs(30)));
+        (a, result, started.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    device.stop();
+    server.stop();
+    let (a, result, waited) = waiter.join().unwrap();
+    // (The in-process cable's other end holds this NIC's waker, and so its doorbell.)
+    drop(other_nic);
+    // What the NIC created in /dev/shm goes with it (the hosts keep their mappings).
+    for region in [
+        format!("{nic}-doorbell"),
+        format!("{nic}-qp{}", a.qp.qp_num()),
+        format!("{nic}-cq0"),
+    ] {
+        assert!(!shm_exists(&region), "{region} is left behind");
+    }
+    let gone = |e: &VerbsError| matches!(e, VerbsError::DeviceGone { nic: n } if *n == nic);
+    assert!(result.as_ref().is_err_and(gone), "{result:?}");
+    assert!(waited < Duration::from_secs(10), "waited {waited:?}");
+    let sge = a.mr.sge(0, 8);
+    let posted = a.qp.post_send(&[SendWr {
+        wr_id: 9,
+        op: SendOp::Send,
+        sg_list: &[sge],
+        flags: SendFlags::SIGNALED,
+        ud: None,
+    }]);
+    assert!(posted.as_ref().is_err_and(gone), "{posted:?}");
+    let queried = a.qp.query();
+    assert!(queried.as_ref().is_err_and(gone), "{queried:?}");
+    assert_eq!(
+        queried.unwrap_err().to_string(),
+        format!("the NIC {nic} has stopped")
+    );
+}
+
+fn completion_placeholder() -> Wc {
+    Wc {
+        wr_id: 0,
+        status: WcStatus::GeneralErr,
+        opcode: WcOpcode::Send,
+        byte_len: 0,
+        imm_data: 0,
+        qp_num: 0,
+        src_qp: 0,
+        wc_flags: 0,
+    }
+}
+
+#[test]
+fn a_live_name_is_refused_and_a_stale_socket_replaced() {
+    let dir = Dir::new("claim");
+    let nics = nics(&dir.0, "claim");
+    let path = nics.a.1.path().to_owned();
+    let err = Server::start(&nics.a.0, &path).err().unwrap();
+    assert!(matches!(err, ServerError::InUse { .. }), "{err}");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "a NIC named {} is already running (its socket is {})",
+            nics.a.0.config().name,
+            path.display()
+        )
+    );
+    // A socket file nobody listens on, as a crashed NIC leaves it.
+    let stale = dir.0.join("stale.sock");
+    drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+    let server = Server::start(&nics.b.0, &stale).unwrap();
+    assert!(SocketBackend::connect_at("stale", &stale).is_ok());
+    server.stop();
+    assert!(!stale.exists(), "the socket is removed at stop");
+    let err = SocketBackend::connect_at("stale", &stale).err().unwrap();
+    assert!(matches!(err, VerbsError::NoDevice { .. }), "{err}");
+}
+
+#[test]
+fn private_rings_and_anonymous_regions_cannot_cross() {
+    let dir = Dir::new("priv");
+    let (la, _lb) = mem::pair();
+    let device = Device::start(DeviceConfig::new("private", ip(1)), la).unwrap();
+    let err = Server::start(&device, &dir.0.join("p.sock")).err().unwrap();
+    assert!(matches!(err, ServerError::PrivateRings(_)), "{err}");
+
+    let nics = nics(&dir.0, "priv");
+    let ctx = connect(&nics.a);
+    let pd = ctx.alloc_pd().unwrap();
+    let anonymous = Arc::new(Region::anonymous(4096).unwrap());
+    let err = pd.register(&anonymous, 0, 4096, all_access()).unwrap_err();
+    assert!(err.to_string().contains("only a named region"), "{err}");
+}
+
+#[test]
+fn garbage_on_the_socket_gets_an_error_and_the_nic_carries_on() {
+    let dir = Dir::new("junk");
+    let nics = nics(&dir.0, "junk");
+    let mut raw = UnixStream::connect(nics.a.1.path()).unwrap();
+    raw.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    // A well-framed message that is no message; then a length far over the limit.
+    raw.write_all(&3u32.to_le_bytes()).unwrap();
+    raw.write_all(&[0x77, 1, 2]).unwrap();
+    let mut header = [0u8; 4];
+    std::io::Read::read_exact(&mut raw, &mut header).unwrap();
+    assert!(u32::from_le_bytes(header) > 0, "an answer came");
+    let mut body = vec![0; u32::from_le_bytes(header) as usize];
+    std::io::Read::read_exact(&mut raw, &mut body).unwrap();
+    assert!(String::from_utf8_lossy(&body).contains("not valid"));
+    raw.write_all(&u32::MAX.to_le_bytes()).unwrap();
+    let mut rest = Vec::new();
+    let n = std::io::Read::read_to_end(&mut raw, &mut rest).unwrap();
+    assert_eq!(n, 0, "the connection is closed");
+    // Others are served as before.
+    let ctx = connect(&nics.a);
+    assert!(ctx.alloc_pd().is_ok());
+}
