@@ -3,7 +3,10 @@
 
 mod decode;
 mod failure;
+mod host;
 mod mem;
+mod nic;
+mod signals;
 
 use std::process::ExitCode;
 
@@ -30,6 +33,11 @@ enum Command {
     /// Create, inspect and watch the shared-memory regions that stand in for host RAM.
     #[command(subcommand)]
     Mem(mem::Command),
+    /// Run one emulated RNIC as a process until Ctrl-C or SIGTERM.
+    Nic(nic::Args),
+    /// Use a running NIC from the shell: serve a region, post RDMA work, show the NIC.
+    #[command(subcommand)]
+    Host(host::Command),
 }
 
 fn main() -> ExitCode {
@@ -45,6 +53,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Decode(args) => decode::run(args),
         Command::Mem(cmd) => mem::run(cmd),
+        Command::Nic(args) => nic::run(args),
+        Command::Host(cmd) => host::run(cmd),
     };
     match result {
         Ok(code) => code,

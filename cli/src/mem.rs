@@ -1,6 +1,6 @@
 //! `roce mem`: host memory regions seen from a shell: create, remove, dump and watch them.
 
-mod hexdump;
+pub(crate) mod hexdump;
 mod watch;
 
 use std::io::{self, Write};
@@ -130,7 +130,7 @@ fn write_dump(region: &Region, start: u64, end: u64, out: &mut impl Write) -> io
 }
 
 /// A byte offset or count: decimal, `0x` hex, or a size with a suffix (`4K`).
-fn parse_offset(what: &str, text: &str) -> Result<u64, Failure> {
+pub(crate) fn parse_offset(what: &str, text: &str) -> Result<u64, Failure> {
     let parsed = if let Some(hex) = text.strip_prefix("0x").or(text.strip_prefix("0X")) {
         u64::from_str_radix(hex, 16).ok()
     } else if text.bytes().all(|b| b.is_ascii_digit()) {

@@ -23,5 +23,5 @@ mod wire_format;
 
 pub use client::{connect, SocketBackend};
 pub use messages::PROTOCOL_VERSION;
-pub use server::{Server, ServerError};
+pub use server::{Claim, Server, ServerError};
 pub use socket_path::{check_name, socket_dir, socket_path, NameError, MAX_NIC_NAME};

@@ -51,20 +51,25 @@ pub struct Server {
     connections: Arc<Mutex<Vec<JoinHandle<()>>>>,
 }
 
-impl Server {
-    /// Serves `device` on a Unix socket at `path`. A socket file nobody answers on (left by a
-    /// NIC that crashed) is replaced; one a live NIC answers on is an error.
-    pub fn start(device: &Device, path: &Path) -> Result<Server, ServerError> {
+/// A control socket bound but not serving yet. Claiming the socket first tells whether the
+/// name is free before a device of that name, and its shared memory, is created.
+pub struct Claim {
+    path: PathBuf,
+    listener: Option<UnixListener>,
+}
+
+impl Claim {
+    /// Serves `device` on the claimed socket.
+    pub fn serve(mut self, device: &Device) -> Result<Server, ServerError> {
         let nic = device.config().name.clone();
         let doorbell_region = device
             .doorbell_region()
             .ok_or_else(|| ServerError::PrivateRings(nic.clone()))?
             .to_owned();
         let socket_error = |source| ServerError::Socket {
-            path: path.to_owned(),
+            path: self.path.clone(),
             source,
         };
-        let listener = claim(&nic, path)?;
         let shared = Arc::new(Shared {
             nic,
             backend: device.backend(),
@@ -72,6 +77,9 @@ impl Server {
             stop: StopLine::new().map_err(socket_error)?,
         });
         let connections = Arc::new(Mutex::new(Vec::new()));
+        let listener = self.listener.take().ok_or_else(|| {
+            socket_error(io::Error::other("the claimed socket was already served"))
+        })?;
         let acceptor = {
             let shared = Arc::clone(&shared);
             let connections = Arc::clone(&connections);
@@ -80,13 +88,45 @@ impl Server {
                 .spawn(move || accept_loop(listener, &shared, &connections))
                 .map_err(socket_error)?
         };
-        info!(nic = %shared.nic, path = %path.display(), "control socket open");
+        info!(nic = %shared.nic, path = %self.path.display(), "control socket open");
         Ok(Server {
-            path: path.to_owned(),
+            path: std::mem::take(&mut self.path),
             shared,
             acceptor: Some(acceptor),
             connections,
         })
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        if self.listener.is_some() {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+impl Server {
+    /// Binds the control socket of NIC `nic` at `path`, before the device exists. A socket file
+    /// nobody answers on (left by a NIC that was killed) is replaced, and so is the shared
+    /// memory that NIC left; a socket a live NIC answers on is an error.
+    pub fn claim(nic: &str, path: &Path) -> Result<Claim, ServerError> {
+        let listener = claim(nic, path)?;
+        remove_stale_regions(nic);
+        Ok(Claim {
+            path: path.to_owned(),
+            listener: Some(listener),
+        })
+    }
+
+    /// Binds a control socket at `path` for a running `device` and serves it (a stale socket
+    /// file is replaced, as with [`Server::claim`]).
+    pub fn start(device: &Device, path: &Path) -> Result<Server, ServerError> {
+        let claimed = Claim {
+            path: path.to_owned(),
+            listener: Some(claim(&device.config().name, path)?),
+        };
+        claimed.serve(device)
     }
 
     pub fn path(&self) -> &Path {
@@ -153,6 +193,30 @@ fn claim(nic: &str, path: &Path) -> Result<UnixListener, ServerError> {
     info!(path = %path.display(), "replacing a stale control socket");
     std::fs::remove_file(path).map_err(socket_error)?;
     restrict(UnixListener::bind(path).map_err(socket_error)?, path)
+}
+
+/// Removes the shared memory a killed NIC of the same name left: its rings (`<nic>-qp<N>`,
+/// `<nic>-cq<N>`) and its doorbell. Safe once the name is claimed, since no live NIC has it;
+/// other names that merely start with `<nic>-` are left alone.
+fn remove_stale_regions(nic: &str) {
+    let Ok(entries) = std::fs::read_dir(roce_hostmem::SHM_DIR) else {
+        return;
+    };
+    let prefix = format!("{}{nic}-", roce_hostmem::FILE_PREFIX);
+    for entry in entries.flatten() {
+        let file = entry.file_name();
+        let Some(rest) = file.to_str().and_then(|f| f.strip_prefix(&prefix)) else {
+            continue;
+        };
+        let numbered = |kind| {
+            rest.strip_prefix(kind)
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        };
+        if rest == "doorbell" || numbered("qp") || numbered("cq") {
+            info!(file = %entry.path().display(), "removing shared memory a dead NIC left");
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
 }
 
 /// Only this user may connect: a host is trusted with the NIC's memory tables.
@@ -283,4 +347,28 @@ fn call(
         clients.remove(&client);
     }
     shared.backend.call(client, request)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use roce_hostmem::Region;
+
+    #[test]
+    fn only_a_dead_nics_own_regions_are_removed() {
+        let nic = format!("stale{}", std::process::id());
+        let theirs = ["qp17", "cq3", "doorbell"].map(|s| format!("{nic}-{s}"));
+        let others = ["b-qp17", "qpx", "qp", "mybuf"].map(|s| format!("{nic}-{s}"));
+        for name in theirs.iter().chain(&others) {
+            drop(Region::create_persistent(name, 4096).unwrap());
+        }
+        remove_stale_regions(&nic);
+        for name in &theirs {
+            assert!(Region::attach(name).is_err(), "{name} kept");
+        }
+        for name in &others {
+            assert!(Region::attach(name).is_ok(), "{name} removed");
+            Region::remove(name).unwrap();
+        }
+    }
 }

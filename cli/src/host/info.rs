@@ -1,0 +1,26 @@
+//! `roce host info`: what a host program learns when it opens the NIC.
+
+use std::process::ExitCode;
+
+use crate::Failure;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The NIC's name (as given to `roce nic --name`).
+    #[arg(long)]
+    nic: String,
+}
+
+pub fn run(args: Args) -> Result<ExitCode, Failure> {
+    let ctx = super::open(&args.nic)?;
+    let d = ctx.device();
+    println!("nic {} mac {} max_mtu {}", d.name, d.mac, d.max_mtu);
+    for (index, gid) in d.gids.iter().enumerate() {
+        println!("gid[{index}] {} ({gid})", gid.to_hex());
+    }
+    println!(
+        "max_qp_wr {} max_sge {} max_inline {} max_cqe {} max_qp_rd_atom {}",
+        d.max_qp_wr, d.max_sge, d.max_inline, d.max_cqe, d.max_qp_rd_atom
+    );
+    Ok(ExitCode::SUCCESS)
+}

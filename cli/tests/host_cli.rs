@@ -1,0 +1,255 @@
+//! `roce nic` and `roce host` as a person at two terminals uses them: the server prints its
+//! `LID:QPN:PSN:GID`, each `post` prints its own for the server, and every error is one line.
+
+mod support;
+
+use std::net::UdpSocket;
+
+use support::*;
+
+/// Runs one `roce host post` against the serving `server`, doing the two-terminal exchange.
+fn post(env: &Env, server: &mut Proc, nic: &str, peer: &str, op: &[&str]) -> Finished {
+    let mut args = vec!["host", "post", "--nic", nic, "--peer", peer];
+    args.extend_from_slice(op);
+    let mut post = Proc::spawn(env.roce(&args), true);
+    let local = post.expect(|l| l.starts_with("local "));
+    let endpoint = local.strip_prefix("local ").unwrap();
+    server.say(endpoint);
+    server.expect(|l| l == format!("connected to {endpoint}"));
+    post.say("");
+    let status = post.wait(PATIENCE);
+    Finished {
+        status,
+        stdout: post.drain_stdout(),
+        stderr: post.stderr(),
+    }
+}
+
+#[test]
+fn serve_and_post_from_two_terminals() {
+    let env = Env::new("flow");
+    let (a, b) = cabled_pair(&env, 71);
+    let _nic_a = env.nic(&a);
+    let _nic_b = env.nic(&b);
+    let region = RegionName(env.name("buf"));
+    let serve = [
+        "host", "serve", "--nic", &b.name, "--region", &region.0, "--size", "64K",
+    ];
+    let mut server = Proc::spawn(env.roce(&serve), true);
+    let local = server.expect(|l| l.starts_with("local "));
+    let peer = local.strip_prefix("local ").unwrap().to_owned();
+    let memory = server.expect(|l| l.starts_with("memory "));
+    let rkey = memory
+        .split_whitespace()
+        .nth(2)
+        .unwrap()
+        .strip_prefix("rkey=")
+        .unwrap()
+        .to_owned();
+    assert!(rkey.starts_with("0x") && rkey.len() == 10, "{memory}");
+    assert_eq!(
+        memory,
+        format!("memory {} rkey={rkey} va=0x0 len=65536", region.0)
+    );
+
+    let at = |va: &str| ["--rkey", &rkey, "--va", va].map(str::to_owned);
+    let run = |server: &mut Proc, op: &[&str], extra: [String; 4]| {
+        let mut all: Vec<&str> = op.to_vec();
+        all.extend(extra.iter().map(String::as_str));
+        let done = post(&env, server, &a.name, &peer, &all);
+        assert!(done.status.success(), "{}", done.stderr);
+        done.stdout
+    };
+    let out = run(
+        &mut server,
+        &["--write", "--data", "hello over the cable"],
+        at("0"),
+    );
+    assert_eq!(out, "wr_id=1 RDMA_WRITE success 20 bytes\n");
+    let out = run(&mut server, &["--read", "20"], at("0"));
+    assert_eq!(
+        out,
+        "wr_id=1 RDMA_READ success 20 bytes\n\
+         00000000  68 65 6c 6c 6f 20 6f 76  65 72 20 74 68 65 20 63  |hello over the c|\n\
+         00000010  61 62 6c 65                                       |able|\n\
+         \"hello over the cable\"\n"
+    );
+    let out = run(&mut server, &["--fetch-add", "7"], at("0x2000"));
+    assert_eq!(
+        out,
+        "wr_id=1 FETCH_ADD success 8 bytes\noriginal value 0 (0x0)\n"
+    );
+    let out = run(&mut server, &["--cmp-swap", "7,99"], at("8192"));
+    assert_eq!(
+        out,
+        "wr_id=1 COMP_SWAP success 8 bytes\noriginal value 7 (0x7)\n"
+    );
+    let file = env.dir.join("data.bin");
+    std::fs::write(&file, [0xde, 0xad, 0xbe, 0xef]).unwrap();
+    let out = run(
+        &mut server,
+        &["--write", "--file", file.to_str().unwrap()],
+        at("0x3000"),
+    );
+    assert_eq!(out, "wr_id=1 RDMA_WRITE success 4 bytes\n");
+
+    server.say("show 0x2000 8");
+    server
+        .expect(|l| l == "00002000  63 00 00 00 00 00 00 00                           |c.......|");
+    server.say("show 0x3000 4");
+    server.expect(|l| l == "00003000  de ad be ef                                       |....|");
+
+    let done = post(
+        &env,
+        &mut server,
+        &a.name,
+        &peer,
+        &["--send", "--hex", "73 65 6e 64"],
+    );
+    assert!(done.status.success(), "{}", done.stderr);
+    assert_eq!(done.stdout, "wr_id=1 SEND success 4 bytes\n");
+    server.expect(|l| l == "wr_id=0 RECV success 4 bytes \"send\"");
+
+    // A line that is neither a peer nor a command is reported; the server carries on.
+    server.say("nonsense");
+    server.say("show 0 1");
+    server.expect(|l| l.starts_with("00000000  73"));
+    server.signal(libc::SIGINT);
+    assert!(server.wait(PATIENCE).success());
+    assert!(server
+        .stderr()
+        .contains("roce: \"nonsense\" is not LID:QPN:PSN:GID"));
+}
+
+/// The command failed with `code` and printed exactly `roce: <message>`.
+fn assert_fails(done: &Finished, code: i32, message: &str) {
+    assert_eq!(done.status.code(), Some(code), "{}", done.stderr);
+    assert_eq!(done.stderr, format!("roce: {message}\n"));
+    assert_eq!(done.stdout, "");
+}
+
+#[test]
+fn nic_errors_are_one_clear_line() {
+    let env = Env::new("errs");
+    let (a, _b) = cabled_pair(&env, 72);
+    let nic = |name: &str, ip: &str, link: &str| {
+        env.run(&["nic", "--name", name, "--ip", ip, "--link", link])
+    };
+    let cable = format!("cable:{},{}", a.local, a.remote);
+    assert_fails(
+        &nic("bad/name", "10.0.0.1", &cable),
+        2,
+        "NIC name \"bad/name\" is not valid: only letters, digits, '.', '_' and '-' are allowed",
+    );
+    assert_fails(
+        &nic(&a.name, "10.0.0", &cable),
+        2,
+        "\"10.0.0\" is not an IP address",
+    );
+    assert_fails(
+        &nic(&a.name, "10.0.0.1", "tap0"),
+        2,
+        "--link \"tap0\" is not a link: use cable:LOCAL_UDP_ADDR,REMOTE_UDP_ADDR or iface:IFNAME",
+    );
+    assert_fails(
+        &nic(&a.name, "10.0.0.1", "cable:127.0.0.1:1"),
+        2,
+        "--link cable:127.0.0.1:1: a cable is LOCAL_UDP_ADDR,REMOTE_UDP_ADDR (for example \
+         127.0.0.1:7001,127.0.0.1:7002), not \"127.0.0.1:1\"",
+    );
+    assert_fails(
+        &nic(&a.name, "10.0.0.1", "iface:eth0"),
+        1,
+        "the iface link is not available in this build",
+    );
+    let taken = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let busy = format!("cable:127.0.0.1:{port},127.0.0.1:9");
+    assert_fails(
+        &nic(&a.name, "10.0.0.1", &busy),
+        1,
+        &format!("cannot open the link {busy}: the local address 127.0.0.1:{port} is in use"),
+    );
+    assert!(
+        !env.socket(&a.name).exists(),
+        "a failed start leaves no socket"
+    );
+
+    let _running = env.nic(&a);
+    let other = format!("cable:127.0.0.1:{},127.0.0.1:9", free_udp_port());
+    assert_fails(
+        &nic(&a.name, "10.0.0.1", &other),
+        1,
+        &format!(
+            "a NIC named {} is already running (its socket is {})",
+            a.name,
+            env.socket(&a.name).display()
+        ),
+    );
+    // The running NIC is untouched by the refused start.
+    let info = env.run(&["host", "info", "--nic", &a.name]);
+    assert!(info.status.success(), "{}", info.stderr);
+    assert!(info
+        .stdout
+        .starts_with(&format!("nic {} mac 02-00-0a-48-00-01", a.name)));
+}
+
+#[test]
+fn host_errors_are_one_clear_line() {
+    let env = Env::new("herrs");
+    let missing = env.name("none");
+    assert_fails(
+        &env.run(&["host", "info", "--nic", &missing]),
+        1,
+        &format!(
+            "no NIC named {missing} is running (nothing answers at {})",
+            env.socket(&missing).display()
+        ),
+    );
+    let (a, _b) = cabled_pair(&env, 73);
+    let _nic = env.nic(&a);
+    let peer = "0000:000011:000000:00000000000000000000ffff0a490002";
+    assert_fails(
+        &env.run(&[
+            "host", "post", "--nic", &a.name, "--peer", peer, "--read", "8", "--send",
+        ]),
+        2,
+        "give one operation: --write, --send, --read LEN, --fetch-add N or --cmp-swap C,S",
+    );
+    assert_fails(
+        &env.run(&[
+            "host", "post", "--nic", &a.name, "--peer", peer, "--read", "8",
+        ]),
+        2,
+        "this operation needs --rkey and --va",
+    );
+    assert_fails(
+        &env.run(&["host", "post", "--nic", &a.name, "--peer", "0:11", "--send", "--data", "x"]),
+        2,
+        "\"0:11\" is not LID:QPN:PSN:GID (for example 0000:000011:0a1b2c:00000000000000000000ffff0a000001)",
+    );
+    let region = env.name("absent");
+    assert_fails(
+        &env.run(&["host", "serve", "--nic", &a.name, "--region", &region]),
+        2,
+        &format!("region {region} does not exist: give --size to create it"),
+    );
+    // A peer that never answers: the retries run out and the completion says so.
+    let post = env.run(&[
+        "host", "post", "--nic", &a.name, "--peer", peer, "--write", "--data", "x", "--rkey", "1",
+        "--va", "0",
+    ]);
+    assert_eq!(post.status.code(), Some(1), "{}", post.stderr);
+    assert!(
+        post.stdout
+            .ends_with("wr_id=1 RDMA_WRITE transport retry counter exceeded 1 bytes\n"),
+        "{}",
+        post.stdout
+    );
+    assert!(
+        post.stderr
+            .ends_with("roce: the RDMA WRITE failed: transport retry counter exceeded\n"),
+        "{}",
+        post.stderr
+    );
+}
