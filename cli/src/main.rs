@@ -1,6 +1,9 @@
 //! `roce`: the command-line face of the emulator. Argument parsing and printing only; every
 //! subcommand is a thin file over library calls.
 
+#[macro_use]
+mod output;
+
 mod decode;
 mod failure;
 mod host;

@@ -2,7 +2,7 @@
 //! through its control socket and the shared-memory rings it creates (`roce host`, or the
 //! `roce_nic::host` library).
 
-use std::io::{self, Write};
+use std::io;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -159,18 +159,17 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     let server = claim
         .serve(&device)
         .map_err(|e| Failure::new(e.to_string()))?;
-    println!(
+    say!(
         "{name} ready: mac {mac}, ip {ip}, link {describe}, socket {}",
         server.path().display()
     );
-    let _ = io::stdout().flush();
     let signal = shutdown.wait();
     info!(nic = %name, signal, "shutting down");
     // The engine first: QPs go to the error state and flush their work as completions, which
     // hosts still read from the rings; then the hosts' connections close and the socket goes.
     device.stop();
     server.stop();
-    println!("{name} stopped");
+    say!("{name} stopped");
     Ok(ExitCode::SUCCESS)
 }
 

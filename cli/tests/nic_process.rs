@@ -382,3 +382,30 @@ fn sigterm_flushes_posted_work_and_removes_what_the_nic_made() {
         packet.unwrap();
     }
 }
+
+#[test]
+fn a_nic_whose_output_pipe_closed_still_stops_cleanly() {
+    use std::io::BufRead;
+    let env = Env::new("pipe");
+    let (a, _b) = cabled_pair(&env, 65);
+    let link = format!("cable:{},{}", a.local, a.remote);
+    let args = ["nic", "--name", &a.name, "--ip", &a.ip, "--link", &link];
+    let mut child = env
+        .roce(&args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut ready = String::new();
+    out.read_line(&mut ready).unwrap();
+    assert!(ready.starts_with(&format!("{} ready", a.name)), "{ready}");
+    drop(out);
+    // SAFETY: kill(2) of our own child, by its PID.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let done = child.wait_with_output().unwrap();
+    assert!(done.status.success(), "{done:?}");
+    let stderr = String::from_utf8_lossy(&done.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(!env.socket(&a.name).exists());
+}

@@ -14,13 +14,17 @@ pub struct Args {
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
     let ctx = super::open(&args.nic)?;
     let d = ctx.device();
-    println!("nic {} mac {} max_mtu {}", d.name, d.mac, d.max_mtu);
+    say!("nic {} mac {} max_mtu {}", d.name, d.mac, d.max_mtu);
     for (index, gid) in d.gids.iter().enumerate() {
-        println!("gid[{index}] {} ({gid})", gid.to_hex());
+        say!("gid[{index}] {} ({gid})", gid.to_hex());
     }
-    println!(
+    say!(
         "max_qp_wr {} max_sge {} max_inline {} max_cqe {} max_qp_rd_atom {}",
-        d.max_qp_wr, d.max_sge, d.max_inline, d.max_cqe, d.max_qp_rd_atom
+        d.max_qp_wr,
+        d.max_sge,
+        d.max_inline,
+        d.max_cqe,
+        d.max_qp_rd_atom
     );
     Ok(ExitCode::SUCCESS)
 }

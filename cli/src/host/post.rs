@@ -208,7 +208,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         .register(&region, 0, region.len(), Access::LOCAL_WRITE)
         .map_err(verbs_failure)?;
     let psn = random_psn();
-    println!(
+    say!(
         "local {}",
         Endpoint {
             lid: 0,
@@ -217,8 +217,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             gid
         }
     );
-    let _ = io::stdout().flush();
-    eprintln!("give the line above to the server, then press Enter");
+    tell!("give the line above to the server, then press Enter");
     let mut line = String::new();
     let _ = io::stdin().lock().read_line(&mut line);
     connect_qp(&qp, &peer, psn, mtu, args.gid_index).map_err(verbs_failure)?;
@@ -276,7 +275,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             args.timeout
         )));
     }
-    println!("{}", completion_line(&wc[0], len as u64));
+    say!("{}", completion_line(&wc[0], len as u64));
     if wc[0].status != WcStatus::Success {
         return Err(Failure::new(format!(
             "the {} failed: {}",
@@ -299,7 +298,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         }
         Op::FetchAdd(_) | Op::CmpSwap(..) => {
             let before = u64::from_ne_bytes(back[..8].try_into().unwrap_or_default());
-            println!("original value {before} ({before:#x})");
+            say!("original value {before} ({before:#x})");
         }
         Op::Write(_) | Op::Send(_) => {}
     }

@@ -155,17 +155,19 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         psn: target.psn,
         gid,
     };
-    println!("local {me}");
-    println!(
+    say!("local {me}");
+    say!(
         "memory {} rkey={:#010x} va={:#x} len={}",
-        args.region, target.mr.rkey, target.mr.va, target.mr.len
+        args.region,
+        target.mr.rkey,
+        target.mr.va,
+        target.mr.len
     );
-    let _ = io::stdout().flush();
     let peers = stdin_lines();
     if let Some(peer) = &args.peer {
         connect(&target, peer, mtu, args.gid_index)?;
     } else {
-        eprintln!("waiting for the peer's LID:QPN:PSN:GID on standard input");
+        tell!("waiting for the peer's LID:QPN:PSN:GID on standard input");
     }
     serve(&target, &peers, &shutdown, mtu, args.gid_index)?;
     Ok(ExitCode::SUCCESS)
@@ -176,8 +178,7 @@ fn connect(target: &Target, line: &str, mtu: Mtu, gid_index: u8) -> Result<(), F
     let peer: Endpoint = line.parse().map_err(Failure::usage)?;
     connect_qp(&target.qp, &peer, target.psn, mtu, gid_index).map_err(verbs_failure)?;
     target.post_receives(RECEIVES)?;
-    println!("connected to {peer}");
-    let _ = io::stdout().flush();
+    say!("connected to {peer}");
     Ok(())
 }
 
@@ -242,7 +243,7 @@ fn command(target: &Target, line: &str, mtu: Mtu, gid_index: u8) {
         _ => connect(target, line, mtu, gid_index),
     };
     if let Err(e) = result {
-        eprintln!("roce: {e}");
+        tell!("roce: {e}");
     }
 }
 
@@ -253,8 +254,7 @@ fn completed(target: &Target, wc: &Wc) -> Result<(), Failure> {
         let _ = target.region.read(0, &mut head);
         line = format!("{line} {}", quoted(&head));
     }
-    println!("{line}");
-    let _ = io::stdout().flush();
+    say!("{line}");
     if wc.status == WcStatus::Success && wc.opcode == WcOpcode::Recv {
         target.post_receives(1)?;
     }
