@@ -65,6 +65,10 @@ pub enum Request {
     QueryQp {
         qpn: u32,
     },
+    /// The engine's view of a QP's outstanding work (for tests and tools, beyond verbs).
+    QpStatus {
+        qpn: u32,
+    },
     DestroyQp {
         qpn: u32,
     },
@@ -102,6 +106,21 @@ pub struct RingMap {
     pub geometry: Geometry,
 }
 
+/// What a QP holds in flight, as the engine sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QpStatus {
+    /// Send requests fetched from the ring and not yet completed.
+    pub sends_outstanding: u32,
+    /// READs and atomics sent and not yet answered.
+    pub reads_outstanding: u32,
+    /// READ responses the responder still has to send.
+    pub replies_pending: u32,
+    /// A receive is being filled by a multi-packet SEND.
+    pub receive_in_progress: bool,
+    pub retransmit_timer_armed: bool,
+    pub rnr_waiting: bool,
+}
+
 /// The engine's answer.
 #[derive(Debug, Clone)]
 pub enum Response {
@@ -120,6 +139,7 @@ pub enum Response {
         rq: RingMap,
     },
     QpAttr(QpAttr),
+    QpStatus(QpStatus),
     Ah(u32),
     Counters(Box<Snapshot>),
     Done,

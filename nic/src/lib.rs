@@ -19,6 +19,7 @@ mod engine;
 pub mod link;
 pub mod qp;
 pub mod ring;
+pub mod testbed;
 pub mod transport;
 pub mod verbs;
 pub mod waker;

@@ -85,6 +85,9 @@ impl Waker {
     /// work visible must come first; both sides use sequentially consistent ordering so that
     /// either the engine sees the work or we see it sleeping).
     pub fn wake(&self) {
+        // The store that published the work may be a plain release store (a channel push); keep
+        // it from being reordered after this load, or both sides could miss each other.
+        std::sync::atomic::fence(Ordering::SeqCst);
         if self.sleeping.get().load(Ordering::SeqCst) != 0 {
             self.signal();
         }

@@ -67,6 +67,8 @@ pub(crate) struct Engine {
     /// QPs owed an ACK after the current batch of received frames.
     acks_due: Vec<u32>,
     local_ips: Vec<IpAddr>,
+    /// When the link next wants servicing (frames it holds back).
+    link_deadline: Option<Instant>,
     running: bool,
 }
 
@@ -108,6 +110,7 @@ impl Engine {
             rxe_compat: setup.rxe_compat,
             acks_due: Vec::new(),
             local_ips: setup.local_ips,
+            link_deadline: None,
             running: true,
         }
     }
@@ -148,6 +151,7 @@ impl Engine {
     /// One round of everything: control requests, received frames, posted work, timers.
     /// Returns whether anything happened.
     fn pass(&mut self) -> bool {
+        self.link_deadline = self.tx.link().service(Instant::now());
         let mut busy = self.handle_control();
         busy |= self.receive();
         busy |= self.transmit();
@@ -253,6 +257,7 @@ impl Engine {
             .flatten()
             .flat_map(|qp| [qp.send.timer, qp.send.rnr_wait.map(|w| w.0)])
             .flatten()
+            .chain(self.link_deadline)
             .min()
     }
 

@@ -123,6 +123,7 @@ impl Engine {
                 Ok(Response::Done)
             }
             Request::QueryQp { qpn } => Ok(Response::QpAttr(self.qp(client, qpn)?.query())),
+            Request::QpStatus { qpn } => Ok(Response::QpStatus(self.qp(client, qpn)?.status())),
             Request::DestroyQp { qpn } => {
                 self.qp(client, qpn)?;
                 self.destroy_qp(qpn);

@@ -31,6 +31,13 @@ pub fn on_response(
     }
     let kind = bth.opcode.kind();
     let syndrome = ext.aeth.map(|a| a.syndrome);
+    // What this answer shows the responder has received: every PSN before the one a NAK names,
+    // up to and including the one an ACK or a response names.
+    let received_before = match syndrome {
+        Some(Syndrome::Nak(_)) | Some(Syndrome::RnrNak { .. }) => p,
+        _ => psn::add(p, 1),
+    };
+    peer_progress(qp, received_before);
     match (kind, syndrome) {
         (Kind::Acknowledge, Some(Syndrome::Ack { .. })) => {
             counters::bump(&ctx.counters.acks_received);
@@ -289,16 +296,35 @@ pub fn on_timers(qp: &mut Qp, ctx: &mut Ctx<'_>) {
         return;
     }
     let from = qp.send.una;
+    let head = qp.sq.entry(qp.sq.head);
     info!(
         qpn = qp.qpn,
         psn = from,
         retries_left = qp.send.retry_left,
+        high = qp.send.high,
+        peer_high = qp.send.peer_high,
+        head_op = ?head.wqe.op,
+        head_first = head.first_psn,
+        head_npkts = head.npkts,
+        head_responses = head.responses,
+        head_sent = head.sent,
+        next = qp.sq.next.wrapping_sub(qp.sq.head),
         "retransmission timeout: going back"
     );
     if qp.sq.rewind_to(from) {
         qp.send.recovering = Some(from);
     }
     qp.send.timer = retransmit_timeout(qp.attrs.timeout).map(|t| ctx.now + t);
+}
+
+/// The responder has received everything before `received_before`. If that is news, it is alive
+/// and making progress — even if a READ's answer is still missing, which keeps `una` back — so
+/// the retry budget, which guards against a dead or stuck peer, is restored.
+fn peer_progress(qp: &mut Qp, received_before: u32) {
+    if psn::before(qp.send.peer_high, received_before) {
+        qp.send.peer_high = received_before;
+        qp.send.retry_left = qp.attrs.retry_cnt;
+    }
 }
 
 /// Takes one retry from the budget; false when none is left.
@@ -345,6 +371,13 @@ pub fn complete_head(qp: &mut Qp, ctx: &mut Ctx<'_>, status: WcStatus) {
     }
     trace!(qpn = qp.qpn, wr_id = head.wqe.wr_id, %status, "send request completed");
     qp.sq.retire_head();
+    // Everything the retired request used is acknowledged: `una` moves to the next request's
+    // first PSN, or past everything sent when none was sent.
+    let next = match qp.sq.is_empty() {
+        false if qp.sq.entry(qp.sq.head).assigned => qp.sq.entry(qp.sq.head).first_psn,
+        _ => qp.send.high,
+    };
+    advance_una(qp, ctx, next);
 }
 
 /// Completes the head request with an error and moves the QP to the error state.

@@ -29,6 +29,9 @@ pub struct SendState {
     pub high: u32,
     /// Oldest PSN not yet acknowledged.
     pub una: u32,
+    /// One past the highest PSN the responder has shown it received (by an ACK, a NAK or an
+    /// answer). It can run ahead of `una` while a READ's answer is missing.
+    pub peer_high: u32,
     /// READs and atomics sent and not yet completed.
     pub rd_outstanding: u32,
     /// Packets sent since the last one with AckReq.
@@ -79,7 +82,7 @@ pub fn run(qp: &mut Qp, ctx: &mut Ctx<'_>, budget: usize) -> usize {
         return 0;
     }
     let mut sent = 0;
-    while sent < budget && qp.sq.next != qp.sq.fetched {
+    while sent < budget && qp.sq.next != qp.sq.fetched && ctx.tx.can_send() {
         let index = qp.sq.next;
         let entry = qp.sq.entry(index);
         if entry.failed.is_some() {

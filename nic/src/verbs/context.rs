@@ -445,6 +445,16 @@ impl QueuePair {
         }
     }
 
+    /// What the NIC holds in flight for this QP (beyond verbs: for tests and tools).
+    pub fn status(&self) -> Result<crate::control::QpStatus, VerbsError> {
+        match self.inner.pd.ctx.call(Request::QpStatus {
+            qpn: self.inner.qpn,
+        })? {
+            Response::QpStatus(s) => Ok(s),
+            _ => Err(self.inner.pd.ctx.unexpected("a QP status query")),
+        }
+    }
+
     /// Posts send work requests and rings the doorbell once. On an error, the requests before
     /// the failing one are posted and the rest are not.
     pub fn post_send(&self, wrs: &[SendWr<'_>]) -> Result<(), VerbsError> {
