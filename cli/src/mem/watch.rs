@@ -117,12 +117,12 @@ fn show_change(
         hex(&new[range.clone()]),
     )?;
     let first_line = range.start / LINE * LINE;
-    let lines: Vec<usize> = (first_line..range.end).step_by(LINE).collect();
-    for &at in lines.iter().take(SHOWN_LINES) {
+    let lines = (range.end - first_line).div_ceil(LINE);
+    for at in (first_line..range.end).step_by(LINE).take(SHOWN_LINES) {
         write_line(out, at as u64, &new[at..(at + LINE).min(new.len())])?;
     }
-    if lines.len() > SHOWN_LINES {
-        writeln!(out, "... {} more lines", lines.len() - SHOWN_LINES)?;
+    if lines > SHOWN_LINES {
+        writeln!(out, "... {} more lines", lines - SHOWN_LINES)?;
     }
     writeln!(out, "        {}", CpuUse::now())
 }
