@@ -47,7 +47,8 @@ pub fn watch(region: &Region, name: &str, until: Until, out: &mut impl Write) ->
         region.len()
     )?;
     let start = Instant::now();
-    let deadline = until.duration.map(|d| start + d);
+    // A duration too long to add to the clock is as good as none.
+    let deadline = until.duration.and_then(|d| start.checked_add(d));
     let mut changes = 0u64;
     while until.count.is_none_or(|count| changes < count) && !INTERRUPTED.load(Ordering::Relaxed) {
         let now = Instant::now();
