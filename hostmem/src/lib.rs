@@ -23,5 +23,4 @@ pub use error::{AccessError, MrError, RegionError, SizeError};
 pub use mr::{MrKeys, MrTable, VaBase};
 pub use pd::PdId;
 pub use region::Region;
-pub use shm::{FILE_PREFIX, MAX_NAME_LEN, SHM_DIR};
 pub use size::{parse_size, MAX_SIZE};

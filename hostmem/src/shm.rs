@@ -9,14 +9,14 @@ use std::path::{Path, PathBuf};
 use crate::RegionError;
 
 /// Where named regions live: the tmpfs that POSIX shared memory uses, so the pages are RAM.
-pub const SHM_DIR: &str = "/dev/shm";
+const SHM_DIR: &str = "/dev/shm";
 
 /// Prefix of every region file, so `ls /dev/shm` tells which files belong to the emulator and a
 /// region name can never collide with another program's shared memory.
-pub const FILE_PREFIX: &str = "roce-";
+const FILE_PREFIX: &str = "roce-";
 
 /// Longest region name accepted; far below NAME_MAX so the prefixed file name always fits.
-pub const MAX_NAME_LEN: usize = 64;
+const MAX_NAME_LEN: usize = 64;
 
 /// The path of the file behind the region called `name`, after checking the name cannot escape
 /// [`SHM_DIR`] or confuse a shell.
