@@ -58,6 +58,13 @@ pub enum Request {
         cap: QpCap,
         sq_sig_all: bool,
     },
+    /// Opens QP1, the GSI: a UD QP with Q_Key 0x80010000, ready to send and receive.
+    OpenGsi {
+        pd: u32,
+        send_cq: u32,
+        recv_cq: u32,
+        cap: QpCap,
+    },
     ModifyQp {
         qpn: u32,
         attr: QpAttr,

@@ -26,4 +26,4 @@ pub mod waker;
 pub mod wqe;
 
 pub use device::{Device, DeviceConfig};
-pub use engine::{RingMemory, FIRST_QPN};
+pub use engine::{RingMemory, FIRST_QPN, GSI_QPN};

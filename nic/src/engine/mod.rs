@@ -4,7 +4,10 @@
 //! to do it spins briefly, then sleeps until a frame, a doorbell, a request or a timer wakes it.
 
 mod objects;
+mod qp_table;
 mod rx;
+
+pub use qp_table::{FIRST_QPN, GSI_QPN};
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -33,9 +36,6 @@ const TX_BUDGET: usize = 32;
 /// long enough that back-to-back work never pays for a wake-up.
 const SPIN: Duration = Duration::from_micros(50);
 
-/// The number of the first QP a host creates (0 and 1 are the special QPs, as in Soft-RoCE).
-pub const FIRST_QPN: u32 = 0x11;
-
 /// Where the engine puts the rings it creates for hosts.
 #[derive(Debug, Clone)]
 pub enum RingMemory {
@@ -57,7 +57,7 @@ pub(crate) struct Engine {
     next_pd: u32,
     mr_owners: HashMap<u32, ClientId>,
     cqs: CqTable,
-    qps: Vec<Option<Box<Qp>>>,
+    qps: qp_table::QpTable,
     ahs: HashMap<u32, Path>,
     ah_owners: HashMap<u32, (ClientId, u32)>,
     next_ah: u32,
@@ -101,7 +101,7 @@ impl Engine {
             next_pd: 1,
             mr_owners: HashMap::new(),
             cqs: CqTable::default(),
-            qps: Vec::new(),
+            qps: qp_table::QpTable::default(),
             ahs: HashMap::new(),
             ah_owners: HashMap::new(),
             next_ah: 1,
@@ -210,7 +210,7 @@ impl Engine {
             counters,
             ..
         } = self;
-        for qp in qps.iter_mut().flatten() {
+        for qp in qps.iter_mut() {
             let mut ctx = Ctx {
                 mrs,
                 ahs,
@@ -235,7 +235,7 @@ impl Engine {
             counters,
             ..
         } = self;
-        for qp in qps.iter_mut().flatten() {
+        for qp in qps.iter_mut() {
             let due = |t: Option<Instant>| t.is_some_and(|t| t <= now);
             if due(qp.send.timer) || due(qp.send.rnr_wait.map(|w| w.0)) {
                 let mut ctx = Ctx {
@@ -254,7 +254,6 @@ impl Engine {
     fn next_deadline(&self) -> Option<Instant> {
         self.qps
             .iter()
-            .flatten()
             .flat_map(|qp| [qp.send.timer, qp.send.rnr_wait.map(|w| w.0)])
             .flatten()
             .chain(self.link_deadline)
@@ -263,7 +262,6 @@ impl Engine {
 
     /// Runs `f` on QP `qpn` with a transport context, if the QP exists.
     fn with_qp<R>(&mut self, qpn: u32, f: impl FnOnce(&mut Qp, &mut Ctx<'_>) -> R) -> Option<R> {
-        let index = qpn.checked_sub(FIRST_QPN)? as usize;
         let Engine {
             qps,
             mrs,
@@ -273,7 +271,7 @@ impl Engine {
             counters,
             ..
         } = self;
-        let qp = qps.get_mut(index)?.as_deref_mut()?;
+        let qp = qps.get_mut(qpn)?;
         let mut ctx = Ctx {
             mrs,
             ahs,
@@ -286,7 +284,7 @@ impl Engine {
     }
 
     fn shutdown(&mut self) {
-        let qpns: Vec<u32> = self.qps.iter().flatten().map(|qp| qp.qpn).collect();
+        let qpns: Vec<u32> = self.qps.iter().map(|qp| qp.qpn).collect();
         for qpn in qpns {
             self.with_qp(qpn, |qp, ctx| qp.enter_error(ctx));
         }

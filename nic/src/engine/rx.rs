@@ -7,7 +7,7 @@ use std::time::Instant;
 use roce_wire::{Error as WireError, Frame, NetworkRepr, Transport};
 use tracing::{debug, trace, trace_span};
 
-use super::{Engine, FIRST_QPN};
+use super::Engine;
 use crate::counters;
 use crate::transport::{completer, responder, Ctx};
 use crate::verbs::types::QpType;
@@ -66,11 +66,7 @@ impl Engine {
             return;
         }
         let qpn = bth.dest_qp;
-        let Some(qp) = qpn
-            .checked_sub(FIRST_QPN)
-            .and_then(|i| self.qps.get_mut(i as usize))
-            .and_then(|q| q.as_deref_mut())
-        else {
+        let Some(qp) = self.qps.get_mut(qpn) else {
             counters::bump(&c.rx_unknown_qp);
             debug!("no such QP: dropped");
             return;

@@ -460,7 +460,13 @@ mod tests {
     fn a_fixed_delay_keeps_the_order_and_holds_frames_until_due() {
         let (a, mut b) = mem::pair();
         let delay = Duration::from_millis(20);
-        let mut a = Faulty::new(a, FaultSpec { delay, ..FaultSpec::default() });
+        let mut a = Faulty::new(
+            a,
+            FaultSpec {
+                delay,
+                ..FaultSpec::default()
+            },
+        );
         let pool = BufPool::new(8);
         let start = Instant::now();
         for i in 0..5u8 {

@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use roce_hostmem::{Access, Region, VaBase};
 
-use super::types::{AddressVector, Gid, QpAttr, QpCap, QpType, RecvWr, SendFlags, SendWr, Sge, Wc};
+use super::types::{
+    AddressVector, Gid, QpAttr, QpCap, QpType, RecvWr, SendFlags, SendOp, SendWr, Sge, Wc,
+};
 use super::VerbsError;
 use crate::control::{ClientId, DeviceInfo, RegionRef, Request, Response, RingMap};
 use crate::counters::Snapshot;
@@ -224,6 +226,33 @@ impl ProtectionDomain {
             cap,
             sq_sig_all: false,
         };
+        self.make_qp(request, qp_type, send_cq, recv_cq)
+    }
+
+    /// Opens QP1, the General Services Interface: a UD QP with Q_Key 0x80010000, already in
+    /// RTS. One host at a time may hold it.
+    pub fn open_gsi(
+        &self,
+        send_cq: &CompletionQueue,
+        recv_cq: &CompletionQueue,
+        cap: QpCap,
+    ) -> Result<QueuePair, VerbsError> {
+        let request = Request::OpenGsi {
+            pd: self.inner.pd,
+            send_cq: send_cq.inner.cq,
+            recv_cq: recv_cq.inner.cq,
+            cap,
+        };
+        self.make_qp(request, QpType::Ud, send_cq, recv_cq)
+    }
+
+    fn make_qp(
+        &self,
+        request: Request,
+        qp_type: QpType,
+        send_cq: &CompletionQueue,
+        recv_cq: &CompletionQueue,
+    ) -> Result<QueuePair, VerbsError> {
         let (qpn, cap, sq, rq) = match self.inner.ctx.call(request)? {
             Response::Qp { qpn, cap, sq, rq } => (qpn, cap, sq, rq),
             _ => return Err(self.inner.ctx.unexpected("create_qp")),
@@ -464,6 +493,18 @@ impl QueuePair {
         let q = &mut *q;
         let mut result = Ok(());
         for wr in wrs {
+            let allowed = match self.inner.qp_type {
+                QpType::Rc => true,
+                QpType::Uc => !wr.op.is_read_or_atomic(),
+                QpType::Ud => matches!(wr.op, SendOp::Send | SendOp::SendWithImm { .. }),
+            };
+            if !allowed {
+                result = Err(VerbsError::Invalid(format!(
+                    "a {} QP cannot post {:?}",
+                    self.inner.qp_type, wr.op
+                )));
+                break;
+            }
             if self.inner.qp_type == QpType::Ud && wr.ud.is_none() {
                 result = Err(VerbsError::Invalid(
                     "a UD send needs a destination (address handle, QPN, Q_Key)".into(),
