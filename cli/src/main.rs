@@ -1,6 +1,7 @@
 //! `roce`: the command-line face of the emulator. Argument parsing and printing only; every
 //! subcommand is a thin file over library calls.
 
+mod bench;
 mod decode;
 mod failure;
 mod mem;
@@ -25,6 +26,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Measure the emulated data path: goodput, message rate and latency.
+    Bench(bench::Args),
     /// Decode the RoCEv2 packets in pcap/pcapng captures, checking every ICRC.
     Decode(decode::Args),
     /// Create, inspect and watch the shared-memory regions that stand in for host RAM.
@@ -43,6 +46,7 @@ fn main() -> ExitCode {
 
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Bench(args) => bench::run(args),
         Command::Decode(args) => decode::run(args),
         Command::Mem(cmd) => mem::run(cmd),
     };

@@ -82,6 +82,7 @@ counters! {
     rnr_naks_received: "RNR NAKs received",
     retransmitted_packets: "request packets sent again (go-back-N)",
     retransmit_timeouts: "retransmission timer expiries",
+    tail_probes: "oldest unacknowledged packets sent again because the line went quiet",
     rnr_retries: "retries after an RNR wait",
     read_responses_sent: "RDMA READ response packets sent",
     atomics_executed: "atomic operations executed on host memory",

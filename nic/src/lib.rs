@@ -10,6 +10,7 @@
 //! peer's `engine` (frame in, ICRC) → [`transport::responder`] (PSN, rkey, DMA into the target's
 //! memory, ACK) → [`link`] → [`transport::completer`] (ACK → completion) → [`verbs`] (poll).
 
+pub mod bench;
 pub mod buf;
 pub mod control;
 pub mod counters;

@@ -237,7 +237,7 @@ impl Engine {
         } = self;
         for qp in qps.iter_mut() {
             let due = |t: Option<Instant>| t.is_some_and(|t| t <= now);
-            if due(qp.send.timer) || due(qp.send.rnr_wait.map(|w| w.0)) {
+            if due(qp.send.timer) || due(qp.send.rnr_wait.map(|w| w.0)) || due(qp.send.probe_at) {
                 let mut ctx = Ctx {
                     mrs,
                     ahs,
@@ -254,7 +254,13 @@ impl Engine {
     fn next_deadline(&self) -> Option<Instant> {
         self.qps
             .iter()
-            .flat_map(|qp| [qp.send.timer, qp.send.rnr_wait.map(|w| w.0)])
+            .flat_map(|qp| {
+                [
+                    qp.send.timer,
+                    qp.send.rnr_wait.map(|w| w.0),
+                    qp.send.probe_at,
+                ]
+            })
             .flatten()
             .chain(self.link_deadline)
             .min()
@@ -317,6 +323,12 @@ fn work(qp: &mut Qp, ctx: &mut Ctx<'_>) -> bool {
         busy |= fetched > 0;
         if qp.state == QpState::Rts {
             busy |= requester::run(qp, ctx, TX_BUDGET) > 0;
+            // Unacknowledged packets: watch for the line going quiet.
+            if qp.qp_type == QpType::Rc && qp.send.una != qp.send.high && qp.send.probe_at.is_none()
+            {
+                qp.send.probe_at =
+                    Some(ctx.now + requester::probe_interval(&qp.send, qp.attrs.timeout));
+            }
         }
         // A request that failed before anything was sent completes once it is the head.
         if qp.qp_type == QpType::Rc && !qp.sq.is_empty() && qp.sq.head == qp.sq.next {

@@ -8,6 +8,8 @@ use roce_wire::aeth::{self, NakCode, Syndrome};
 use roce_wire::{bth, Extensions, Kind};
 use tracing::{debug, info, trace};
 
+use std::time::Instant;
+
 use super::requester::retransmit_timeout;
 use super::{psn, scatter, Ctx};
 use crate::counters;
@@ -37,7 +39,7 @@ pub fn on_response(
         Some(Syndrome::Nak(_)) | Some(Syndrome::RnrNak { .. }) => p,
         _ => psn::add(p, 1),
     };
-    peer_progress(qp, received_before);
+    peer_progress(qp, received_before, ctx.now);
     match (kind, syndrome) {
         (Kind::Acknowledge, Some(Syndrome::Ack { .. })) => {
             counters::bump(&ctx.counters.acks_received);
@@ -269,8 +271,18 @@ fn on_atomic_ack(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, original: u64) {
     advance_una(qp, ctx, psn::add(p, 1));
 }
 
-/// The retransmission timer and the RNR wait.
+/// The retransmission timer, the RNR wait and the tail probe.
 pub fn on_timers(qp: &mut Qp, ctx: &mut Ctx<'_>) {
+    if qp.send.probe_at.is_some_and(|at| ctx.now >= at) {
+        if qp.send.una != qp.send.high && qp.send.rnr_wait.is_none() {
+            super::requester::probe(qp, ctx);
+            qp.send.probe_backoff += 1;
+            qp.send.probe_at =
+                Some(ctx.now + super::requester::probe_interval(&qp.send, qp.attrs.timeout));
+        } else {
+            qp.send.probe_at = None;
+        }
+    }
     if let Some((at, p)) = qp.send.rnr_wait {
         if ctx.now >= at {
             qp.send.rnr_wait = None;
@@ -320,10 +332,24 @@ pub fn on_timers(qp: &mut Qp, ctx: &mut Ctx<'_>) {
 /// The responder has received everything before `received_before`. If that is news, it is alive
 /// and making progress — even if a READ's answer is still missing, which keeps `una` back — so
 /// the retry budget, which guards against a dead or stuck peer, is restored.
-fn peer_progress(qp: &mut Qp, received_before: u32) {
+fn peer_progress(qp: &mut Qp, received_before: u32, now: Instant) {
     if psn::before(qp.send.peer_high, received_before) {
         qp.send.peer_high = received_before;
         qp.send.retry_left = qp.attrs.retry_cnt;
+        qp.send.probe_at = None;
+        qp.send.probe_backoff = 0;
+    }
+    if let Some((p, sent)) = qp.send.rtt_sample {
+        if psn::before(p, received_before) {
+            let sample = now.saturating_duration_since(sent);
+            let s = &mut qp.send.srtt;
+            *s = if s.is_zero() {
+                sample
+            } else {
+                (*s * 7 + sample) / 8
+            };
+            qp.send.rtt_sample = None;
+        }
     }
 }
 
