@@ -2,6 +2,7 @@
 //! so the same transport code runs over an in-process pair, a UDP cable or a raw interface, and
 //! wrappers (a pcap tee, fault injection) compose around any of them.
 
+pub mod iface;
 pub mod mem;
 pub mod pcap;
 
