@@ -17,6 +17,7 @@ pub mod cq;
 mod device;
 mod engine;
 pub mod link;
+pub mod port;
 pub mod qp;
 pub mod ring;
 pub mod transport;
@@ -24,5 +25,5 @@ pub mod verbs;
 pub mod waker;
 pub mod wqe;
 
-pub use device::{Device, DeviceConfig};
+pub use device::{Device, DeviceConfig, DEFAULT_RESOLVE_TIMEOUT};
 pub use engine::{RingMemory, FIRST_QPN};
