@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 
-use smoltcp::phy::{self, DeviceCapabilities, Medium};
+use smoltcp::phy::{self, Checksum, DeviceCapabilities, Medium};
 use smoltcp::time::Instant;
 use tracing::trace;
 
@@ -66,6 +66,12 @@ impl phy::Device for Wire<'_> {
         caps.medium = Medium::Ethernet;
         // Never more than a frame buffer holds, so a frame smoltcp builds always fits.
         caps.max_transmission_unit = (self.mtu + ETHERNET_HEADER).min(FRAME_CAPACITY);
+        // TCP and UDP checksums are computed on send but not verified on receive, as by a NIC
+        // with receive checksum offload: a kernel on the same machine (the far end of a veth
+        // or tap) hands over its segments with the checksum left for hardware to fill in
+        // (CHECKSUM_PARTIAL), and a real wire's frames are guarded by the Ethernet FCS.
+        caps.checksum.tcp = Checksum::Tx;
+        caps.checksum.udp = Checksum::Tx;
         caps
     }
 }
