@@ -8,6 +8,11 @@
 //! can sleep in `poll(2)` on it instead of needing a receive thread. Frames that this machine
 //! itself sends out of the interface — the kernel's, and our own — are not delivered to the
 //! socket (`PACKET_IGNORE_OUTGOING`): on a real wire a NIC never hears its own transmissions.
+//!
+//! A kernel on this machine sending through the far end of a veth may use segmentation offload
+//! and pass frames larger than any wire's (up to 64 KiB of TCP) for "hardware" to cut up; they
+//! do not fit a frame buffer and are dropped (logged once). Turn it off on the sending
+//! interface (`ip link set DEV gso_max_size 1500`) for bulk TCP from a local kernel.
 
 use std::io;
 use std::os::fd::RawFd;
@@ -54,6 +59,8 @@ pub struct IfaceLink {
     /// The AF_PACKET socket behind `tx` and `rx` (pnet owns and closes it), for `poll(2)`.
     fd: RawFd,
     pool: Arc<BufPool>,
+    /// An oversized frame was dropped and said so (once is enough).
+    warned_oversized: bool,
 }
 
 impl IfaceLink {
@@ -66,7 +73,8 @@ impl IfaceLink {
         let fd = packet_socket(name)?;
         ignore_outgoing(fd, name);
         let config = pnet_datalink::Config {
-            read_buffer_size: FRAME_CAPACITY,
+            // One byte more than a frame buffer, so that an oversized frame shows.
+            read_buffer_size: FRAME_CAPACITY + 1,
             write_buffer_size: FRAME_CAPACITY,
             // Zero timeouts: `recv` and `send` never wait; the engine polls the socket itself.
             read_timeout: Some(Duration::ZERO),
@@ -90,6 +98,7 @@ impl IfaceLink {
             rx,
             fd,
             pool: BufPool::new(64),
+            warned_oversized: false,
         })
     }
 }
@@ -163,6 +172,14 @@ fn clear_socket_error(fd: RawFd) -> Option<io::Error> {
     (rc == 0 && err != 0).then(|| io::Error::from_raw_os_error(err))
 }
 
+/// pnet's way of saying that nothing is there (a zero read timeout expired).
+fn would_block(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
+    )
+}
+
 impl Link for IfaceLink {
     fn send(&mut self, frame: FrameBuf) -> io::Result<()> {
         match self.tx.send_to(&frame, None) {
@@ -172,17 +189,22 @@ impl Link for IfaceLink {
     }
 
     fn recv(&mut self) -> io::Result<Option<FrameBuf>> {
-        match self.rx.next() {
-            Ok(bytes) => Ok(Some(self.pool.copy_of(bytes))),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
-                ) =>
-            {
-                Ok(None)
+        loop {
+            match self.rx.next() {
+                Ok(bytes) if bytes.len() > FRAME_CAPACITY => {
+                    if !self.warned_oversized {
+                        warn!(
+                            interface = %self.name,
+                            "a frame larger than {FRAME_CAPACITY} bytes arrived (segmentation \
+                             offload of a local sender?): dropped, as will be any more"
+                        );
+                    }
+                    self.warned_oversized = true;
+                }
+                Ok(bytes) => return Ok(Some(self.pool.copy_of(bytes))),
+                Err(e) if would_block(&e) => return Ok(None),
+                Err(e) => return Err(clear_socket_error(self.fd).unwrap_or(e)),
             }
-            Err(e) => Err(clear_socket_error(self.fd).unwrap_or(e)),
         }
     }
 
