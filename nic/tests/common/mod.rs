@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod netns;
+
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::Duration;
