@@ -43,9 +43,11 @@ impl Bridge {
         ))
     }
 
-    /// Moves what the host wrote into the socket's send buffer; returns the bytes moved.
-    pub fn host_to_peer(&mut self, socket: &mut tcp::Socket<'_>) -> usize {
-        let mut moved = 0;
+    /// Moves what the host wrote into the socket's send buffer, and closes the socket's sending
+    /// side when the host closed its own. Returns whether the socket has anything new to send
+    /// (bytes, a FIN or a reset), so that the interface is polled for it.
+    pub fn host_to_peer(&mut self, socket: &mut tcp::Socket<'_>) -> bool {
+        let mut news = false;
         while !self.host_finished && socket.can_send() {
             let read = socket.send(|space| match (&self.stream).read(space) {
                 Ok(n) => (n, Ok(n)),
@@ -56,10 +58,11 @@ impl Bridge {
                     debug!("host finished sending: FIN");
                     self.host_finished = true;
                     socket.close();
+                    news = true;
                 }
                 Ok(Ok(n)) => {
                     trace!(bytes = n, "host → TCP");
-                    moved += n;
+                    news = true;
                 }
                 Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => {}
                 Ok(Err(e)) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -67,11 +70,12 @@ impl Bridge {
                     debug!(error = %e, "host stream failed: connection reset");
                     self.host_finished = true;
                     socket.abort();
+                    news = true;
                 }
                 Err(_) => break,
             }
         }
-        moved
+        news
     }
 
     /// Moves received bytes to the host, then passes on the peer's FIN once everything before

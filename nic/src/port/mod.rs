@@ -116,9 +116,9 @@ impl IpStack {
     /// happened.
     pub fn poll(&mut self, tx: &mut Tx, now: Instant) -> bool {
         let had_frames = !self.inbox.is_empty();
-        let moved = self.tcp.host_to_peer(&mut self.sockets);
+        let from_hosts = self.tcp.host_to_peer(&mut self.sockets);
         let due = self.next_poll.is_some_and(|t| t <= now);
-        let polled = had_frames || moved > 0 || due || self.dirty || self.tcp.has_doomed();
+        let polled = had_frames || from_hosts || due || self.dirty || self.tcp.has_doomed();
         let mut sent = 0;
         if polled {
             self.dirty = false;
@@ -144,7 +144,7 @@ impl IpStack {
         if sent > 0 {
             trace!(frames = sent, "the port's IP stack sent");
         }
-        had_frames || moved > 0 || sent > 0 || progressed
+        had_frames || from_hosts || sent > 0 || progressed
     }
 
     /// When the stack next needs a poll without any frame arriving.

@@ -190,6 +190,38 @@ mod tests {
         assert_eq!(sender_of(&reply, US), Some((peer_ip.into(), PEER)));
     }
 
+    fn ipv6(src_mac: EthernetAddress, src: Ipv6Address) -> Vec<u8> {
+        let ip = smoltcp::wire::Ipv6Repr {
+            src_addr: src,
+            dst_addr: Ipv6Address::new(0xfe80, 0, 0, 0, 0, 0, 0, 1),
+            next_header: smoltcp::wire::IpProtocol::Udp,
+            payload_len: 0,
+            hop_limit: 64,
+        };
+        let eth = EthernetRepr {
+            src_addr: src_mac,
+            dst_addr: US,
+            ethertype: EthernetProtocol::Ipv6,
+        };
+        let mut bytes = vec![0; eth.buffer_len() + ip.buffer_len()];
+        let mut frame = EthernetFrame::new_unchecked(&mut bytes[..]);
+        eth.emit(&mut frame);
+        ip.emit(&mut Ipv6Packet::new_unchecked(frame.payload_mut()));
+        bytes
+    }
+
+    #[test]
+    fn ip_packets_name_their_source() {
+        let peer_ip = Ipv6Address::new(0xfd00, 0x77, 0, 0, 0, 0, 0, 2);
+        assert_eq!(
+            sender_of(&ipv6(PEER, peer_ip), US),
+            Some((peer_ip.into(), PEER))
+        );
+        // Our own frame come back, and a packet from nowhere, name nobody.
+        assert_eq!(sender_of(&ipv6(US, peer_ip), US), None);
+        assert_eq!(sender_of(&ipv6(PEER, Ipv6Address::UNSPECIFIED), US), None);
+    }
+
     #[test]
     fn frames_for_others_and_unusable_senders_teach_nothing() {
         let peer_ip = Ipv4Address::new(10, 0, 0, 2);

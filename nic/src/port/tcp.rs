@@ -200,12 +200,14 @@ impl Tcp {
         }
     }
 
-    /// Bytes hosts wrote, into their sockets (before the interface sends).
-    pub fn host_to_peer(&mut self, sockets: &mut SocketSet<'static>) -> usize {
-        self.bridges
-            .iter_mut()
-            .map(|b| b.host_to_peer(sockets.get_mut::<tcp::Socket>(b.socket)))
-            .sum()
+    /// Bytes hosts wrote, and their half-closes, into their sockets (before the interface
+    /// sends). Returns whether any socket has something new to send.
+    pub fn host_to_peer(&mut self, sockets: &mut SocketSet<'static>) -> bool {
+        let mut news = false;
+        for bridge in &mut self.bridges {
+            news |= bridge.host_to_peer(sockets.get_mut::<tcp::Socket>(bridge.socket));
+        }
+        news
     }
 
     /// After the interface ran (`polled`) or not: answers connects and accepts, delivers
