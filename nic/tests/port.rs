@@ -249,3 +249,36 @@ fn tcp_listeners_hold_a_backlog_and_time_out_accepts() {
     let result = ctx_b.tcp_connect(SocketAddr::new(ip(1), 9000));
     assert_eq!(failure_kind(result), ErrorKind::ConnectionRefused);
 }
+
+#[test]
+fn address_limits_are_checked_when_the_device_starts() {
+    let mut config = DeviceConfig::new("nic", ip(1));
+    config.prefix_lens.insert(ip(1), 33);
+    let err = Device::start(config, mem::pair().0).err().unwrap();
+    assert_eq!(
+        err.to_string(),
+        "a prefix length of 33 is too long for 10.0.0.1"
+    );
+    let mut config = DeviceConfig::new("nic", ip(1));
+    for n in 2..=8 {
+        config.add_ip(ip(n), 16);
+    }
+    let err = Device::start(config, mem::pair().0).err().unwrap();
+    assert!(err.to_string().contains("at most 8 IP addresses"), "{err}");
+}
+
+#[test]
+fn prefix_lengths_decide_who_is_on_link() {
+    // 10.0.1.2 is off a /24 but on a /16: with the wider subnet, A resolves B there.
+    let (la, lb) = mem::pair();
+    let far = IpAddr::from([10, 0, 1, 2]);
+    let mut ca = DeviceConfig::new("nic-a", ip(1));
+    ca.prefix_lens.insert(ip(1), 16);
+    let mut cb = DeviceConfig::new("nic-b", far);
+    cb.prefix_lens.insert(far, 16);
+    let dev_a = Device::start(ca, la).unwrap();
+    let dev_b = Device::start(cb, lb).unwrap();
+    let (a, b) = hosts(&dev_a, &dev_b, QpType::Rc, 1 << 16);
+    connect_gids(&a, &b, Mtu::M1024, [ip(1), far].map(Gid::from_ip), 1);
+    write_read_and_atomics(&a, &b);
+}
