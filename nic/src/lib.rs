@@ -9,6 +9,10 @@
 //! ring, rings the doorbell) → [`transport::requester`] (WQE → packets) → [`link`] →
 //! peer's `engine` (frame in, ICRC) → [`transport::responder`] (PSN, rkey, DMA into the target's
 //! memory, ACK) → [`link`] → [`transport::completer`] (ACK → completion) → [`verbs`] (poll).
+//!
+//! Everything on the wire that is not RoCE — ARP, neighbour discovery, ping, the TCP of
+//! out-of-band exchanges — goes to the [`port`]'s IP stack (smoltcp), which also finds peers'
+//! MACs for QPs and address handles.
 
 pub mod buf;
 pub mod control;
