@@ -3,7 +3,10 @@
 //! hosts hand these to the engine through a channel; other processes send them over the NIC's
 //! Unix socket. The engine checks every request, and a host can only touch its own objects.
 
+use std::net::SocketAddr;
+use std::os::unix::net::UnixStream;
 use std::sync::Arc;
+use std::time::Duration;
 
 use roce_hostmem::{Access, MrKeys, Region, VaBase};
 
@@ -87,6 +90,26 @@ pub enum Request {
         ah: u32,
     },
     Counters,
+    /// Opens a TCP connection from the port's own IP stack to `addr`; answered with
+    /// [`Response::TcpStream`] once connected (for out-of-band exchanges such as the QP numbers
+    /// of ibv_rc_pingpong and perftest).
+    TcpConnect {
+        addr: SocketAddr,
+    },
+    /// Listens on TCP `port` of every address of the port, with a small backlog.
+    TcpListen {
+        port: u16,
+    },
+    /// Takes the next connection to a port this host listens on; answered when one arrives,
+    /// or with a timed-out error after `timeout`.
+    TcpAccept {
+        port: u16,
+        timeout: Option<Duration>,
+    },
+    /// Stops listening; connections not yet accepted are reset.
+    TcpUnlisten {
+        port: u16,
+    },
     /// The host program is gone: destroy everything it owned.
     Disconnect,
 }
@@ -128,8 +151,8 @@ pub struct QpStatus {
     pub rnr_waiting: bool,
 }
 
-/// The engine's answer.
-#[derive(Debug, Clone)]
+/// The engine's answer. Not `Clone`: a TCP stream has one owner.
+#[derive(Debug)]
 pub enum Response {
     Device(DeviceInfo),
     Pd(u32),
@@ -149,14 +172,27 @@ pub enum Response {
     QpStatus(QpStatus),
     Ah(u32),
     Counters(Box<Snapshot>),
+    /// A TCP connection of the port, as the host's end of a Unix stream pair: the engine moves
+    /// the bytes between the other end and the TCP socket, and passes on half-closes.
+    TcpStream {
+        stream: UnixStream,
+        peer: SocketAddr,
+    },
+    Listening {
+        port: u16,
+    },
     Done,
 }
+
+/// Where the engine sends the answer to one request (sometimes later, e.g. once a TCP
+/// connection is established or a neighbour's MAC is known).
+pub type Reply = crossbeam::channel::Sender<Result<Response, VerbsError>>;
 
 /// A request in flight to the engine, with where to send the answer.
 pub struct Command {
     pub client: ClientId,
     pub request: Request,
-    pub reply: crossbeam::channel::Sender<Result<Response, VerbsError>>,
+    pub reply: Reply,
 }
 
 /// Stops the engine (sent by the device when it is dropped).

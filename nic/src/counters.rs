@@ -55,6 +55,8 @@ counters! {
     tx_bytes: "bytes sent to the link",
     tx_dropped: "frames the link could not take (dropped as on a full wire)",
     rx_not_roce: "frames that were not RoCE (given to the port's IP stack)",
+    rx_looped: "frames from our own MAC (looped back to us) dropped",
+    port_rx_dropped: "frames for the port's IP stack dropped because its queue was full",
     rx_icrc_errors: "RoCE packets dropped for a bad ICRC",
     rx_malformed: "RoCE packets dropped as malformed (bad lengths or fields)",
     rx_not_for_us: "RoCE packets for another MAC or IP address",

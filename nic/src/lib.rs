@@ -9,6 +9,10 @@
 //! ring, rings the doorbell) → [`transport::requester`] (WQE → packets) → [`link`] →
 //! peer's `engine` (frame in, ICRC) → [`transport::responder`] (PSN, rkey, DMA into the target's
 //! memory, ACK) → [`link`] → [`transport::completer`] (ACK → completion) → [`verbs`] (poll).
+//!
+//! Everything on the wire that is not RoCE — ARP, neighbour discovery, ping, the TCP of
+//! out-of-band exchanges — goes to the [`port`]'s IP stack (smoltcp), which also finds peers'
+//! MACs for QPs and address handles.
 
 pub mod bench;
 pub mod buf;
@@ -18,6 +22,7 @@ pub mod cq;
 mod device;
 mod engine;
 pub mod link;
+pub mod port;
 pub mod qp;
 pub mod ring;
 pub mod testbed;
@@ -26,5 +31,5 @@ pub mod verbs;
 pub mod waker;
 pub mod wqe;
 
-pub use device::{Device, DeviceConfig};
+pub use device::{Device, DeviceConfig, DEFAULT_RESOLVE_TIMEOUT};
 pub use engine::{RingMemory, FIRST_QPN, GSI_QPN};

@@ -100,7 +100,7 @@ pub enum ModifyError {
     #[error("the source GID {src} and destination GID {dst} are of different IP families")]
     Family { src: Gid, dst: Gid },
     #[error(
-        "the MAC address of {0} is unknown (give it in the address vector or add a neighbour)"
+        "nobody answered ARP or neighbour discovery for {0} (give its MAC in the address vector or as a neighbour)"
     )]
     NoNeighbour(IpAddr),
 }

@@ -180,6 +180,12 @@ impl Engine {
                 Ok(Response::Done)
             }
             Request::Counters => Ok(Response::Counters(Box::new(self.counters.snapshot()))),
+            Request::TcpListen { port } => self.ip_stack.tcp_listen(client, port),
+            Request::TcpUnlisten { port } => self.ip_stack.tcp_unlisten(client, port),
+            // `Engine::serve` hands these to the IP stack, which answers once connected.
+            Request::TcpConnect { .. } | Request::TcpAccept { .. } => Err(VerbsError::Invalid(
+                "a TCP connect or accept is answered by the IP stack".into(),
+            )),
             Request::Disconnect => {
                 self.forget_client(client);
                 Ok(Response::Done)
@@ -377,6 +383,8 @@ impl Engine {
 
     /// Destroys every object of a host program that went away.
     fn forget_client(&mut self, client: ClientId) {
+        self.forget_neighbour_waits(client);
+        self.ip_stack.forget_client(client);
         let qpns: Vec<u32> = self
             .qps
             .iter()

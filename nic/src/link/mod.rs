@@ -3,6 +3,7 @@
 //! wrappers (a pcap tee, fault injection) compose around any of them.
 
 pub mod faults;
+pub mod iface;
 pub mod mem;
 pub mod pcap;
 

@@ -36,7 +36,7 @@ struct LocalMr {
     len: u64,
 }
 
-struct Inner {
+pub(super) struct Inner {
     backend: Arc<dyn Backend>,
     client: ClientId,
     device: DeviceInfo,
@@ -44,11 +44,11 @@ struct Inner {
 }
 
 impl Inner {
-    fn call(&self, request: Request) -> Result<Response, VerbsError> {
+    pub(super) fn call(&self, request: Request) -> Result<Response, VerbsError> {
         self.backend.call(self.client, request)
     }
 
-    fn unexpected(&self, what: &str) -> VerbsError {
+    pub(super) fn unexpected(&self, what: &str) -> VerbsError {
         VerbsError::Invalid(format!("the NIC answered {what} with something else"))
     }
 
@@ -66,7 +66,7 @@ impl Drop for Inner {
 /// An opened device (`ibv_context`).
 #[derive(Clone)]
 pub struct Context {
-    inner: Arc<Inner>,
+    pub(super) inner: Arc<Inner>,
 }
 
 impl Context {
