@@ -4,6 +4,7 @@
 #[macro_use]
 mod output;
 
+mod bench;
 mod decode;
 mod failure;
 mod host;
@@ -31,6 +32,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Measure the emulated data path: goodput, message rate and latency.
+    Bench(bench::Args),
     /// Decode the RoCEv2 packets in pcap/pcapng captures, checking every ICRC.
     Decode(decode::Args),
     /// Create, inspect and watch the shared-memory regions that stand in for host RAM.
@@ -54,6 +57,7 @@ fn main() -> ExitCode {
 
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Bench(args) => bench::run(args),
         Command::Decode(args) => decode::run(args),
         Command::Mem(cmd) => mem::run(cmd),
         Command::Nic(args) => nic::run(args),

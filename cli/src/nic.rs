@@ -9,6 +9,8 @@ use std::process::ExitCode;
 
 use roce_nic::host::{self, Server};
 use roce_nic::link::cable::{CableAddrs, CableLink};
+use roce_nic::link::faults::{FaultSpec, Faulty};
+use roce_nic::link::iface::IfaceLink;
 use roce_nic::link::pcap::{PcapSink, PcapTee};
 use roce_nic::link::Link;
 use roce_nic::{Device, DeviceConfig, RingMemory};
@@ -23,8 +25,9 @@ pub struct Args {
     /// The NIC's name: host programs open it by this name.
     #[arg(long)]
     name: String,
-    /// The NIC's IP address (its RoCEv2 GID is derived from it).
-    #[arg(long, value_name = "ADDR")]
+    /// The NIC's IP address, optionally with its subnet's prefix length (default /24 for
+    /// IPv4, /64 for IPv6); its RoCEv2 GID is derived from it.
+    #[arg(long, value_name = "ADDR[/PREFIX]")]
     ip: String,
     /// The NIC's MAC address (default: 02:00 followed by the last four bytes of the IP).
     #[arg(long)]
@@ -39,7 +42,12 @@ pub struct Args {
     /// Record every frame sent and received to this pcap file.
     #[arg(long, value_name = "FILE")]
     pcap: Option<PathBuf>,
-    /// A peer's MAC address, for peers that cannot be asked by ARP: IP=MAC (repeatable).
+    /// Inject faults on the link, e.g. drop=0.01,dup=0.01,reorder=0.05,corrupt=0.01,delay=2ms,
+    /// seed=7 (probabilities per frame and direction).
+    #[arg(long, value_name = "SPEC")]
+    faults: Option<String>,
+    /// A peer's MAC address, for peers that do not answer ARP or neighbour discovery: IP=MAC
+    /// (repeatable).
     #[arg(long = "neigh", value_name = "IP=MAC")]
     neighbours: Vec<String>,
 }
@@ -66,6 +74,23 @@ fn parse_link(text: &str) -> Result<LinkSpec, Failure> {
     )))
 }
 
+/// `ADDR` or `ADDR/PREFIX`.
+fn parse_ip_with_prefix(text: &str) -> Result<(IpAddr, Option<u8>), Failure> {
+    let (addr, prefix) = match text.split_once('/') {
+        Some((addr, prefix)) => (addr, Some(prefix)),
+        None => (text, None),
+    };
+    let ip = parse_ip(addr)?;
+    let max = if ip.is_ipv4() { 32 } else { 128 };
+    let prefix = match prefix {
+        None => None,
+        Some(p) => Some(p.parse::<u8>().ok().filter(|p| *p <= max).ok_or_else(|| {
+            Failure::usage(format!("/{p} is not a prefix length for {ip} (0 to {max})"))
+        })?),
+    };
+    Ok((ip, prefix))
+}
+
 fn parse_ip(text: &str) -> Result<IpAddr, Failure> {
     text.parse()
         .map_err(|_| Failure::usage(format!("{text:?} is not an IP address")))
@@ -89,7 +114,11 @@ fn parse_neighbour(text: &str) -> Result<(IpAddr, EthernetAddress), Failure> {
 /// The device's settings from the command line.
 fn config(args: &Args) -> Result<DeviceConfig, Failure> {
     host::check_name(&args.name).map_err(|e| Failure::usage(e.to_string()))?;
-    let mut config = DeviceConfig::new(&args.name, parse_ip(&args.ip)?);
+    let (ip, prefix) = parse_ip_with_prefix(&args.ip)?;
+    let mut config = DeviceConfig::new(&args.name, ip);
+    if let Some(prefix) = prefix {
+        config.prefix_lens.insert(ip, prefix);
+    }
     if let Some(mac) = &args.mac {
         config.mac = parse_mac(mac)?;
     }
@@ -110,9 +139,10 @@ fn open_link(spec: &LinkSpec, text: &str) -> Result<Box<dyn Link>, Failure> {
             Ok(link) => Ok(Box::new(link)),
             Err(e) => Err(Failure::new(cable_error(text, addrs, &e))),
         },
-        LinkSpec::Iface(_) => Err(Failure::new(
-            "the iface link is not available in this build",
-        )),
+        LinkSpec::Iface(name) => match IfaceLink::open(name) {
+            Ok(link) => Ok(Box::new(link)),
+            Err(e) => Err(Failure::new(format!("cannot open the link {text}: {e}"))),
+        },
     }
 }
 
@@ -128,7 +158,7 @@ fn cable_error(text: &str, addrs: &CableAddrs, e: &io::Error) -> String {
             addrs.local.ip()
         ),
         io::ErrorKind::PermissionDenied => format!(
-            "cannot open the link {text}: binding UDP port {} needs the CAP_NET_BIND_SERVICE privilege",
+            "cannot open the link {text}: binding UDP port {} needs the CAP_NET_BIND_SERVICE capability (run as root or grant it)",
             addrs.local.port()
         ),
         _ => format!("cannot open the link {text}: {e}"),
@@ -142,7 +172,17 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     let spec = parse_link(&args.link)?;
     let path = host::socket_path(&config.name);
     let claim = Server::claim(&config.name, &path).map_err(|e| Failure::new(e.to_string()))?;
+    let faults = match &args.faults {
+        Some(text) => Some(
+            text.parse::<FaultSpec>()
+                .map_err(|e| Failure::usage(format!("--faults {text}: {e}")))?,
+        ),
+        None => None,
+    };
     let mut link = open_link(&spec, &args.link)?;
+    if let Some(faults) = faults {
+        link = Box::new(Faulty::new(link, faults));
+    }
     let describe = link.describe();
     if let Some(file) = &args.pcap {
         let sink = PcapSink::create(file).map_err(|e| {
@@ -189,6 +229,17 @@ mod tests {
         );
         for bad in ["cable:127.0.0.1:7001", "iface:", "tap0", ""] {
             assert!(parse_link(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn addresses_may_carry_a_prefix_length() {
+        let v4: IpAddr = "10.0.0.1".parse().unwrap();
+        assert_eq!(parse_ip_with_prefix("10.0.0.1").unwrap(), (v4, None));
+        assert_eq!(parse_ip_with_prefix("10.0.0.1/16").unwrap(), (v4, Some(16)));
+        assert!(parse_ip_with_prefix("fd00::1/64").is_ok());
+        for bad in ["10.0.0.1/33", "10.0.0.1/", "10.0.0/24", "fd00::1/129"] {
+            assert!(parse_ip_with_prefix(bad).is_err(), "{bad}");
         }
     }
 

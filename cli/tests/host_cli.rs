@@ -158,9 +158,21 @@ fn nic_errors_are_one_clear_line() {
          127.0.0.1:7001,127.0.0.1:7002), not \"127.0.0.1:1\"",
     );
     assert_fails(
-        &nic(&a.name, "10.0.0.1", "iface:eth0"),
+        &nic(&a.name, "10.0.0.1", "iface:nosuch0"),
         1,
-        "the iface link is not available in this build",
+        "cannot open the link iface:nosuch0: no network interface named nosuch0",
+    );
+    assert_fails(
+        &nic(&a.name, "10.0.0.1/33", &cable),
+        2,
+        "/33 is not a prefix length for 10.0.0.1 (0 to 32)",
+    );
+    assert_fails(
+        &env.run(&[
+            "nic", "--name", &a.name, "--ip", "10.0.0.1", "--link", &cable, "--faults", "drop=2",
+        ]),
+        2,
+        "--faults drop=2: drop=2: a probability is a number from 0 to 1",
     );
     let taken = UdpSocket::bind("127.0.0.1:0").unwrap();
     let port = taken.local_addr().unwrap().port();
@@ -192,6 +204,46 @@ fn nic_errors_are_one_clear_line() {
     assert!(info
         .stdout
         .starts_with(&format!("nic {} mac 02-00-0a-48-00-01", a.name)));
+}
+
+/// `roce nic ARGS` without the capabilities for raw sockets and low ports (this test runs as
+/// root, so they are taken away with setpriv).
+fn unprivileged(env: &Env, args: &[&str]) -> Finished {
+    let mut cmd = std::process::Command::new("setpriv");
+    cmd.args(["--bounding-set=-net_raw,-net_bind_service", "--"])
+        .arg(env!("CARGO_BIN_EXE_roce"))
+        .args(args)
+        .env("XDG_RUNTIME_DIR", &env.dir);
+    let mut proc = Proc::spawn(cmd, false);
+    let status = proc.wait(PATIENCE);
+    Finished {
+        status,
+        stdout: proc.drain_stdout(),
+        stderr: proc.stderr(),
+    }
+}
+
+#[test]
+fn a_missing_privilege_is_named() {
+    let env = Env::new("priv");
+    let name = env.name("a");
+    let nic = |link: &str| {
+        unprivileged(
+            &env,
+            &["nic", "--name", &name, "--ip", "10.0.0.1", "--link", link],
+        )
+    };
+    assert_fails(
+        &nic("iface:lo"),
+        1,
+        "cannot open the link iface:lo: opening lo needs the CAP_NET_RAW capability (run as root or grant it)",
+    );
+    let low = format!("cable:127.0.0.1:80,127.0.0.1:{}", free_udp_port());
+    assert_fails(
+        &nic(&low),
+        1,
+        &format!("cannot open the link {low}: binding UDP port 80 needs the CAP_NET_BIND_SERVICE capability (run as root or grant it)"),
+    );
 }
 
 #[test]

@@ -217,6 +217,18 @@ fn watch_ends_after_its_duration_or_on_ctrl_c() {
         .unwrap_or_else(|| panic!("{rest}"));
     assert!(seconds >= 0.25, "stopped early: {rest}");
 
+    let forever = roce(&[
+        "mem",
+        "watch",
+        &name.0,
+        "--count",
+        "0",
+        "--duration",
+        "1e19",
+    ]);
+    assert!(forever.status.success(), "{}", stderr(&forever));
+    assert!(stdout(&forever).contains("saw 0 changes in "));
+
     let (mut child, mut out, _) = start_watch(&[&name.0, "--duration", "30"]);
     // SAFETY: plain kill(2) of our own child.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);

@@ -118,8 +118,9 @@ impl MrTable {
                 region_len: region.len(),
             });
         }
-        let remote_changes = Access::REMOTE_WRITE | Access::REMOTE_ATOMIC;
-        if access.bits() & remote_changes.bits() != 0 && !access.contains(Access::LOCAL_WRITE) {
+        let changed_remotely =
+            access.contains(Access::REMOTE_WRITE) || access.contains(Access::REMOTE_ATOMIC);
+        if changed_remotely && !access.contains(Access::LOCAL_WRITE) {
             return Err(MrError::RemoteWriteWithoutLocalWrite { access });
         }
         let va = match va {

@@ -3,7 +3,10 @@
 //! hosts hand these to the engine through a channel; other processes send them over the NIC's
 //! Unix socket. The engine checks every request, and a host can only touch its own objects.
 
+use std::net::SocketAddr;
+use std::os::unix::net::UnixStream;
 use std::sync::Arc;
+use std::time::Duration;
 
 use roce_hostmem::{Access, MrKeys, Region, VaBase};
 
@@ -58,11 +61,22 @@ pub enum Request {
         cap: QpCap,
         sq_sig_all: bool,
     },
+    /// Opens QP1, the GSI: a UD QP with Q_Key 0x80010000, ready to send and receive.
+    OpenGsi {
+        pd: u32,
+        send_cq: u32,
+        recv_cq: u32,
+        cap: QpCap,
+    },
     ModifyQp {
         qpn: u32,
         attr: QpAttr,
     },
     QueryQp {
+        qpn: u32,
+    },
+    /// The engine's view of a QP's outstanding work (for tests and tools, beyond verbs).
+    QpStatus {
         qpn: u32,
     },
     DestroyQp {
@@ -76,6 +90,26 @@ pub enum Request {
         ah: u32,
     },
     Counters,
+    /// Opens a TCP connection from the port's own IP stack to `addr`; answered with
+    /// [`Response::TcpStream`] once connected (for out-of-band exchanges such as the QP numbers
+    /// of ibv_rc_pingpong and perftest).
+    TcpConnect {
+        addr: SocketAddr,
+    },
+    /// Listens on TCP `port` of every address of the port, with a small backlog.
+    TcpListen {
+        port: u16,
+    },
+    /// Takes the next connection to a port this host listens on; answered when one arrives,
+    /// or with a timed-out error after `timeout`.
+    TcpAccept {
+        port: u16,
+        timeout: Option<Duration>,
+    },
+    /// Stops listening; connections not yet accepted are reset.
+    TcpUnlisten {
+        port: u16,
+    },
     /// The host program is gone: destroy everything it owned.
     Disconnect,
 }
@@ -102,8 +136,23 @@ pub struct RingMap {
     pub geometry: Geometry,
 }
 
-/// The engine's answer.
-#[derive(Debug, Clone)]
+/// What a QP holds in flight, as the engine sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QpStatus {
+    /// Send requests fetched from the ring and not yet completed.
+    pub sends_outstanding: u32,
+    /// READs and atomics sent and not yet answered.
+    pub reads_outstanding: u32,
+    /// READ responses the responder still has to send.
+    pub replies_pending: u32,
+    /// A receive is being filled by a multi-packet SEND.
+    pub receive_in_progress: bool,
+    pub retransmit_timer_armed: bool,
+    pub rnr_waiting: bool,
+}
+
+/// The engine's answer. Not `Clone`: a TCP stream has one owner.
+#[derive(Debug)]
 pub enum Response {
     Device(DeviceInfo),
     Pd(u32),
@@ -120,16 +169,30 @@ pub enum Response {
         rq: RingMap,
     },
     QpAttr(QpAttr),
+    QpStatus(QpStatus),
     Ah(u32),
     Counters(Box<Snapshot>),
+    /// A TCP connection of the port, as the host's end of a Unix stream pair: the engine moves
+    /// the bytes between the other end and the TCP socket, and passes on half-closes.
+    TcpStream {
+        stream: UnixStream,
+        peer: SocketAddr,
+    },
+    Listening {
+        port: u16,
+    },
     Done,
 }
+
+/// Where the engine sends the answer to one request (sometimes later, e.g. once a TCP
+/// connection is established or a neighbour's MAC is known).
+pub type Reply = crossbeam::channel::Sender<Result<Response, VerbsError>>;
 
 /// A request in flight to the engine, with where to send the answer.
 pub struct Command {
     pub client: ClientId,
     pub request: Request,
-    pub reply: crossbeam::channel::Sender<Result<Response, VerbsError>>,
+    pub reply: Reply,
 }
 
 /// Stops the engine (sent by the device when it is dropped).

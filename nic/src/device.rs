@@ -7,10 +7,12 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use crossbeam::channel::{self, Sender};
 use roce_hostmem::Region;
 use roce_wire::EthernetAddress;
+use smoltcp::wire::{IpAddress, IpCidr};
 
 use crate::buf::BufPool;
 use crate::control::{ClientId, Command, Control, Request, Response};
@@ -28,10 +30,16 @@ pub struct DeviceConfig {
     pub name: String,
     pub mac: EthernetAddress,
     pub ips: Vec<IpAddr>,
+    /// Prefix lengths of addresses in `ips` whose subnet is not a /24 (IPv4) or /64 (IPv6):
+    /// the port reaches hosts inside its subnets directly, and has no router for others.
+    pub prefix_lens: HashMap<IpAddr, u8>,
     /// The link's IP MTU; the largest path MTU follows from it (1500 gives 1024).
     pub mtu: u32,
-    /// Known peers' MAC addresses.
+    /// Peers' MAC addresses known in advance (for peers that do not answer ARP); others are
+    /// learnt from the wire and resolved by ARP or neighbour discovery.
     pub neighbours: Vec<(IpAddr, EthernetAddress)>,
+    /// How long a modify to RTR or an address handle waits for a peer's MAC before it fails.
+    pub resolve_timeout: Duration,
     /// Follow Soft-RoCE where it deviates from the IBTA spec.
     pub rxe_compat: bool,
     pub rings: RingMemory,
@@ -55,11 +63,46 @@ impl DeviceConfig {
             name: name.to_owned(),
             mac,
             ips: vec![ip],
+            prefix_lens: HashMap::new(),
             mtu: 4200,
             neighbours: Vec::new(),
+            resolve_timeout: DEFAULT_RESOLVE_TIMEOUT,
             rxe_compat: false,
             rings: RingMemory::Private,
         }
+    }
+
+    /// Adds an address with the prefix length of its subnet.
+    pub fn add_ip(&mut self, ip: IpAddr, prefix_len: u8) {
+        self.ips.push(ip);
+        self.prefix_lens.insert(ip, prefix_len);
+    }
+
+    /// The prefix length of `ip`'s subnet: as given, else /24 for IPv4 and /64 for IPv6.
+    pub fn prefix_len(&self, ip: IpAddr) -> u8 {
+        self.prefix_lens
+            .get(&ip)
+            .copied()
+            .unwrap_or(if ip.is_ipv4() { 24 } else { 64 })
+    }
+
+    /// The port's addresses with their subnets: the link-local IPv6 address of the MAC (/64)
+    /// first, then `ips`.
+    fn subnets(&self) -> io::Result<Vec<IpCidr>> {
+        let link_local = Gid::link_local(self.mac).ip();
+        std::iter::once((link_local, 64))
+            .chain(self.ips.iter().map(|ip| (*ip, self.prefix_len(*ip))))
+            .map(|(ip, len)| {
+                let max = if ip.is_ipv4() { 32 } else { 128 };
+                if len > max {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!("a prefix length of {len} is too long for {ip}"),
+                    ));
+                }
+                Ok(IpCidr::new(IpAddress::from(ip), len))
+            })
+            .collect()
     }
 
     /// The GID table: index 0 the link-local GID of the MAC, then one per IP address (IPv4-mapped
@@ -70,6 +113,10 @@ impl DeviceConfig {
             .collect()
     }
 }
+
+/// How long a peer's MAC is asked for by default: Linux's neighbour discovery gives up after
+/// 3 solicitations one second apart.
+pub const DEFAULT_RESOLVE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// The engine's end of a device, shared by every context opened on it in this process (and by
 /// the control socket that serves other processes).
@@ -169,7 +216,11 @@ impl Device {
         let engine = Engine::new(Setup {
             name: config.name.clone(),
             port,
-            local_ips: config.ips.clone(),
+            // RoCE packets may come to any GID's address, the link-local one included.
+            local_ips: config.gids().iter().map(|g| g.ip()).collect(),
+            subnets: config.subnets()?,
+            mtu: config.mtu,
+            resolve_timeout: config.resolve_timeout,
             control: requests,
             waker: Arc::clone(&waker),
             link: Box::new(link),
@@ -177,7 +228,7 @@ impl Device {
             counters: Arc::clone(&counters),
             rings: config.rings.clone(),
             rxe_compat: config.rxe_compat,
-        });
+        })?;
         let thread = std::thread::Builder::new()
             .name(format!("{}-engine", config.name))
             .spawn(move || engine.run())?;

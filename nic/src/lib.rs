@@ -9,7 +9,12 @@
 //! ring, rings the doorbell) → [`transport::requester`] (WQE → packets) → [`link`] →
 //! peer's `engine` (frame in, ICRC) → [`transport::responder`] (PSN, rkey, DMA into the target's
 //! memory, ACK) → [`link`] → [`transport::completer`] (ACK → completion) → [`verbs`] (poll).
+//!
+//! Everything on the wire that is not RoCE — ARP, neighbour discovery, ping, the TCP of
+//! out-of-band exchanges — goes to the [`port`]'s IP stack (smoltcp), which also finds peers'
+//! MACs for QPs and address handles.
 
+pub mod bench;
 pub mod buf;
 pub mod control;
 pub mod counters;
@@ -18,12 +23,14 @@ mod device;
 mod engine;
 pub mod host;
 pub mod link;
+pub mod port;
 pub mod qp;
 pub mod ring;
+pub mod testbed;
 pub mod transport;
 pub mod verbs;
 pub mod waker;
 pub mod wqe;
 
-pub use device::{Device, DeviceConfig};
-pub use engine::{RingMemory, FIRST_QPN};
+pub use device::{Device, DeviceConfig, DEFAULT_RESOLVE_TIMEOUT};
+pub use engine::{RingMemory, FIRST_QPN, GSI_QPN};

@@ -100,7 +100,7 @@ pub enum ModifyError {
     #[error("the source GID {src} and destination GID {dst} are of different IP families")]
     Family { src: Gid, dst: Gid },
     #[error(
-        "the MAC address of {0} is unknown (give it in the address vector or add a neighbour)"
+        "nobody answered ARP or neighbour discovery for {0} (give its MAC in the address vector or as a neighbour)"
     )]
     NoNeighbour(IpAddr),
 }
@@ -328,6 +328,18 @@ impl Qp {
         }
     }
 
+    /// What the QP holds in flight.
+    pub fn status(&self) -> crate::control::QpStatus {
+        crate::control::QpStatus {
+            sends_outstanding: self.sq.outstanding(),
+            reads_outstanding: self.send.rd_outstanding,
+            replies_pending: self.recv.replies_pending(),
+            receive_in_progress: self.recv.receive_in_progress(),
+            retransmit_timer_armed: self.send.timer.is_some(),
+            rnr_waiting: self.send.rnr_wait.is_some(),
+        }
+    }
+
     /// Checks a modify without changing anything; returns the target state and, for RTR, the
     /// path to the peer.
     pub fn check_modify(
@@ -464,6 +476,7 @@ impl Qp {
             self.send.psn = p;
             self.send.una = p;
             self.send.high = p;
+            self.send.peer_high = p;
         }
         if attr.retry_cnt.is_some() {
             self.send.retry_left = self.attrs.retry_cnt;

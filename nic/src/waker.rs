@@ -10,6 +10,28 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// A file descriptor a sleeping engine watches, and for what.
+#[derive(Debug, Clone, Copy)]
+pub struct Interest {
+    fd: RawFd,
+    events: libc::c_short,
+}
+
+impl Interest {
+    /// Wake when `fd` has something to read (a frame, bytes from a host), when it can take
+    /// bytes again (a host drained its stream), or either.
+    pub fn new(fd: RawFd, readable: bool, writable: bool) -> Interest {
+        let mut events = 0;
+        if readable {
+            events |= libc::POLLIN;
+        }
+        if writable {
+            events |= libc::POLLOUT;
+        }
+        Interest { fd, events }
+    }
+}
+
 /// One engine's wake-up line.
 #[derive(Debug)]
 pub struct Waker {
@@ -88,6 +110,9 @@ impl Waker {
     /// work visible must come first; both sides use sequentially consistent ordering so that
     /// either the engine sees the work or we see it sleeping).
     pub fn wake(&self) {
+        // The store that published the work may be a plain release store (a channel push); keep
+        // it from being reordered after this load, or both sides could miss each other.
+        std::sync::atomic::fence(Ordering::SeqCst);
         if self.sleeping.get().load(Ordering::SeqCst) != 0 {
             self.signal();
         }
@@ -118,25 +143,27 @@ impl Waker {
         self.sleeping.get().store(0, Ordering::SeqCst);
     }
 
-    /// Engine side: sleeps until the eventfd or one of `fds` is readable, or `timeout` passes.
-    pub fn sleep(&self, fds: &[RawFd], timeout: Option<Duration>) {
-        let mut pollfds = [libc::pollfd {
-            fd: -1,
+    /// Engine side: sleeps until the eventfd is readable, one of `interests` is ready, or
+    /// `timeout` passes.
+    pub fn sleep(&self, interests: &[Interest], timeout: Option<Duration>) {
+        let mut pollfds: Vec<libc::pollfd> = Vec::with_capacity(1 + interests.len());
+        pollfds.push(libc::pollfd {
+            fd: self.eventfd.as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
-        }; 8];
-        pollfds[0].fd = self.eventfd.as_raw_fd();
-        let n = 1 + fds.len().min(pollfds.len() - 1);
-        for (slot, fd) in pollfds[1..n].iter_mut().zip(fds) {
-            slot.fd = *fd;
-        }
+        });
+        pollfds.extend(interests.iter().map(|i| libc::pollfd {
+            fd: i.fd,
+            events: i.events,
+            revents: 0,
+        }));
         let ms = timeout.map_or(-1, |t| {
             // Round up so a timer never fires early; cap to keep the engine responsive.
             let ms = t.as_micros().div_ceil(1000);
             ms.min(1000) as libc::c_int
         });
-        // SAFETY: `pollfds[..n]` is a valid array of pollfd.
-        unsafe { libc::poll(pollfds.as_mut_ptr(), n as libc::nfds_t, ms) };
+        // SAFETY: `pollfds` is a valid array of pollfd.
+        unsafe { libc::poll(pollfds.as_mut_ptr(), pollfds.len() as libc::nfds_t, ms) };
         let mut count = 0u64;
         // SAFETY: reads 8 bytes into a valid u64 from our non-blocking eventfd.
         unsafe {

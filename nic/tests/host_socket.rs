@@ -378,3 +378,33 @@ fn garbage_on_the_socket_gets_an_error_and_the_nic_carries_on() {
     let ctx = connect(&nics.a);
     assert!(ctx.alloc_pd().is_ok());
 }
+
+#[test]
+fn tcp_streams_of_the_port_reach_hosts_in_other_processes_as_descriptors() {
+    use std::io::{Read, Write};
+    use std::net::SocketAddr;
+    let dir = Dir::new("tcp");
+    let nics = nics(&dir.0, "tcp");
+    let (server_ctx, client_ctx) = (connect(&nics.a), connect(&nics.b));
+    let listener = server_ctx.tcp_listen(18515).unwrap();
+    let dialer = std::thread::spawn(move || client_ctx.tcp_connect(SocketAddr::new(ip(1), 18515)));
+    let (server, peer) = listener.accept_timeout(Duration::from_secs(10)).unwrap();
+    let client = dialer.join().unwrap().unwrap();
+    assert_eq!(peer.ip(), ip(2));
+    for s in [&server, &client] {
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    }
+    let record = b"0000:000011:8fe4ca:00000000000000000000ffff0a000002\0";
+    (&client).write_all(record).unwrap();
+    let mut got = [0u8; 52];
+    (&server).read_exact(&mut got).unwrap();
+    assert_eq!(&got, record);
+    // Errors keep their kind across the socket: nobody listens on this port.
+    let refused = connect(&nics.b)
+        .tcp_connect(SocketAddr::new(ip(1), 9))
+        .unwrap_err();
+    assert!(
+        matches!(&refused, VerbsError::Io(e) if e.kind() == std::io::ErrorKind::ConnectionRefused),
+        "{refused:?}"
+    );
+}

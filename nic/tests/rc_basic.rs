@@ -1,11 +1,9 @@
-mod common;
-
-use common::*;
+use roce_nic::testbed::*;
 use roce_nic::verbs::*;
 
 #[test]
 fn rdma_write_lands_in_the_target_region() {
-    let p = pair(QpType::Rc, Mtu::M1024, 1 << 20);
+    let p = pair(QpType::Rc, Mtu::M1024, 1 << 20).unwrap();
     let data = pattern(5000, 7);
     p.a.write(0, &data);
     let sge = p.a.mr.sge(0, data.len() as u32);

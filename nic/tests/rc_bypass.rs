@@ -1,21 +1,19 @@
 //! One-sided operations need no code on the target: its application thread stays parked for the
 //! whole exchange, and finds the data in its memory when it wakes.
 
-mod common;
-
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread;
 
-use common::*;
 use roce_hostmem::Region;
 use roce_nic::link::mem;
+use roce_nic::testbed::*;
 use roce_nic::verbs::*;
 
 #[test]
 fn write_read_and_atomics_complete_while_the_target_thread_is_parked() {
     let (la, lb) = mem::pair();
-    let (dev_a, dev_b) = devices(la, lb);
+    let (dev_a, dev_b) = devices(la, lb).unwrap();
     let (to_initiator, from_target) = mpsc::channel();
     let (to_target, from_initiator) = mpsc::channel::<u32>();
     let dev_b = Arc::new(dev_b);

@@ -22,7 +22,7 @@ fn cable() -> (CableLink, CableLink) {
 #[test]
 fn a_4_mib_write_and_a_read_back_over_a_udp_cable() {
     let (la, lb) = cable();
-    let p = pair_over(la, lb, QpType::Rc, Mtu::M4096, 8 << 20);
+    let p = pair_over(la, lb, QpType::Rc, Mtu::M4096, 8 << 20, |_| {}, |_| {}).unwrap();
     let data = pattern(4 << 20, 3);
     p.a.write(0, &data);
     p.a.qp

@@ -2,10 +2,8 @@
 //! completion, its QP moves to the error state and later requests are flushed; the target's
 //! memory is untouched and the counters record what happened.
 
-mod common;
-
-use common::*;
 use roce_hostmem::Access;
+use roce_nic::testbed::*;
 use roce_nic::verbs::*;
 
 struct Case {
@@ -125,7 +123,7 @@ fn check_failure(p: &Pair, op: SendOp, status: WcStatus, name: &str) {
 #[test]
 fn each_remote_error_fails_the_request_and_the_qp() {
     for case in cases() {
-        let p = pair(QpType::Rc, Mtu::M1024, 1 << 20);
+        let p = pair(QpType::Rc, Mtu::M1024, 1 << 20).unwrap();
         let before = p.dev_b.counters();
         check_failure(&p, (case.op)(&p), case.status, case.name);
         let delta = p.dev_b.counters().since(&before);
@@ -160,7 +158,7 @@ fn missing_access_rights_are_refused() {
             }
         }),
     ] {
-        let p = pair(QpType::Rc, Mtu::M1024, 1 << 20);
+        let p = pair(QpType::Rc, Mtu::M1024, 1 << 20).unwrap();
         let limited = p.b.pd.register(&p.b.region, 0, 1 << 16, access).unwrap();
         check_failure(
             &p,
@@ -174,7 +172,7 @@ fn missing_access_rights_are_refused() {
 
 #[test]
 fn a_qp_without_remote_write_refuses_writes_as_invalid_requests() {
-    let p = pair(QpType::Rc, Mtu::M1024, 1 << 20);
+    let p = pair(QpType::Rc, Mtu::M1024, 1 << 20).unwrap();
     // Move b's QP through a reset to connect it again with read-only remote access.
     p.b.qp
         .modify(&QpAttr {
@@ -201,7 +199,7 @@ fn a_qp_without_remote_write_refuses_writes_as_invalid_requests() {
 
 #[test]
 fn a_local_protection_error_fails_the_request() {
-    let p = pair(QpType::Rc, Mtu::M1024, 1 << 20);
+    let p = pair(QpType::Rc, Mtu::M1024, 1 << 20).unwrap();
     let bad = Sge {
         addr: p.a.mr.va,
         length: 16,
@@ -226,7 +224,7 @@ fn a_local_protection_error_fails_the_request() {
 
 #[test]
 fn a_send_longer_than_the_receive_is_a_length_error_on_both_sides() {
-    let p = pair(QpType::Rc, Mtu::M1024, 1 << 20);
+    let p = pair(QpType::Rc, Mtu::M1024, 1 << 20).unwrap();
     p.b.qp
         .post_recv(&[RecvWr {
             wr_id: 9,

@@ -1,9 +1,7 @@
 //! Every verb end to end over two in-process NICs, at every path MTU and at the sizes where
 //! segmentation changes (0, 1, MTU-1, MTU, MTU+1, many packets, 16 MiB).
 
-mod common;
-
-use common::*;
+use roce_nic::testbed::*;
 use roce_nic::verbs::*;
 
 const REGION: usize = 40 << 20;
@@ -48,7 +46,7 @@ fn landed_exactly(host: &Host, at: usize, data: &[u8]) {
 #[test]
 fn write_read_send_at_every_mtu_and_size() {
     for mtu in Mtu::ALL {
-        let p = pair(QpType::Rc, mtu, REGION);
+        let p = pair(QpType::Rc, mtu, REGION).unwrap();
         let mut wr_id = 0;
         for len in sizes(mtu) {
             wr_id += 1;
@@ -121,7 +119,7 @@ fn write_read_send_at_every_mtu_and_size() {
 
 #[test]
 fn sixteen_mib_write_and_read() {
-    let p = pair(QpType::Rc, Mtu::M4096, REGION);
+    let p = pair(QpType::Rc, Mtu::M4096, REGION).unwrap();
     let len = 16 << 20;
     let data = pattern(len, 99);
     p.a.write(0, &data);
@@ -153,7 +151,7 @@ fn sixteen_mib_write_and_read() {
 
 #[test]
 fn immediates_invalidate_and_scatter_gather() {
-    let p = pair(QpType::Rc, Mtu::M1024, 1 << 20);
+    let p = pair(QpType::Rc, Mtu::M1024, 1 << 20).unwrap();
     // SEND with immediate, gathered from three pieces, scattered into two.
     p.a.write(0, b"hello, ");
     p.a.write(100, b"remote ");
@@ -237,7 +235,7 @@ fn immediates_invalidate_and_scatter_gather() {
 
 #[test]
 fn atomics_return_the_original_value() {
-    let p = pair(QpType::Rc, Mtu::M1024, 1 << 20);
+    let p = pair(QpType::Rc, Mtu::M1024, 1 << 20).unwrap();
     p.b.write(64, &100u64.to_ne_bytes());
     post(
         &p.a,
@@ -288,7 +286,7 @@ fn atomics_return_the_original_value() {
 
 #[test]
 fn inline_and_unsignaled_requests() {
-    let p = pair(QpType::Rc, Mtu::M1024, 1 << 20);
+    let p = pair(QpType::Rc, Mtu::M1024, 1 << 20).unwrap();
     p.a.write(0, b"inline bytes");
     // Ten unsignaled writes, then a signaled one: one completion, all data there.
     for i in 0..10u64 {

@@ -47,7 +47,8 @@ pub fn watch(region: &Region, name: &str, until: Until, out: &mut impl Write) ->
         region.len()
     )?;
     let start = Instant::now();
-    let deadline = until.duration.map(|d| start + d);
+    // A duration too long to add to the clock is as good as none.
+    let deadline = until.duration.and_then(|d| start.checked_add(d));
     let mut changes = 0u64;
     while until.count.is_none_or(|count| changes < count) && !INTERRUPTED.load(Ordering::Relaxed) {
         let now = Instant::now();
@@ -117,12 +118,12 @@ fn show_change(
         hex(&new[range.clone()]),
     )?;
     let first_line = range.start / LINE * LINE;
-    let lines: Vec<usize> = (first_line..range.end).step_by(LINE).collect();
-    for &at in lines.iter().take(SHOWN_LINES) {
+    let lines = (range.end - first_line).div_ceil(LINE);
+    for at in (first_line..range.end).step_by(LINE).take(SHOWN_LINES) {
         write_line(out, at as u64, &new[at..(at + LINE).min(new.len())])?;
     }
-    if lines.len() > SHOWN_LINES {
-        writeln!(out, "... {} more lines", lines.len() - SHOWN_LINES)?;
+    if lines > SHOWN_LINES {
+        writeln!(out, "... {} more lines", lines - SHOWN_LINES)?;
     }
     writeln!(out, "        {}", CpuUse::now())
 }

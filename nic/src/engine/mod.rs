@@ -3,27 +3,35 @@
 //! programs and work from the send queues, and it never waits for a host: when there is nothing
 //! to do it spins briefly, then sleeps until a frame, a doorbell, a request or a timer wakes it.
 
+mod neighbours;
 mod objects;
+mod qp_table;
 mod rx;
 
+pub use qp_table::{FIRST_QPN, GSI_QPN};
+
 use std::collections::HashMap;
+use std::io;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam::channel::Receiver;
 use roce_hostmem::{MrTable, PdId};
+use smoltcp::wire::IpCidr;
 use tracing::{debug, info};
 
 use crate::buf::BufPool;
-use crate::control::{ClientId, Control};
+use crate::control::{ClientId, Command, Control, Request};
 use crate::counters::Counters;
 use crate::cq::CqTable;
 use crate::link::Link;
+use crate::port::IpStack;
 use crate::qp::{PortInfo, Qp};
 use crate::transport::{completer, requester, responder, Ctx, Path, Tx};
 use crate::verbs::types::{QpState, QpType};
-use crate::waker::Waker;
+use crate::waker::{Interest, Waker};
+use neighbours::NeighbourNeed;
 
 /// Frames taken from the link in one pass before turning to other work.
 const RX_BUDGET: usize = 64;
@@ -32,9 +40,6 @@ const TX_BUDGET: usize = 32;
 /// How long an idle engine keeps polling before it sleeps: short enough to give the CPU back,
 /// long enough that back-to-back work never pays for a wake-up.
 const SPIN: Duration = Duration::from_micros(50);
-
-/// The number of the first QP a host creates (0 and 1 are the special QPs, as in Soft-RoCE).
-pub const FIRST_QPN: u32 = 0x11;
 
 /// Where the engine puts the rings it creates for hosts.
 #[derive(Debug, Clone)]
@@ -57,7 +62,7 @@ pub(crate) struct Engine {
     next_pd: u32,
     mr_owners: HashMap<u32, ClientId>,
     cqs: CqTable,
-    qps: Vec<Option<Box<Qp>>>,
+    qps: qp_table::QpTable,
     ahs: HashMap<u32, Path>,
     ah_owners: HashMap<u32, (ClientId, u32)>,
     next_ah: u32,
@@ -67,6 +72,16 @@ pub(crate) struct Engine {
     /// QPs owed an ACK after the current batch of received frames.
     acks_due: Vec<u32>,
     local_ips: Vec<IpAddr>,
+    /// When the link next wants servicing (frames it holds back).
+    link_deadline: Option<Instant>,
+    /// ARP, neighbour discovery, ICMP and TCP: everything on the wire that is not RoCE.
+    ip_stack: IpStack,
+    /// Requests held until a neighbour's MAC is known.
+    awaiting_neighbour: Vec<neighbours::AwaitingNeighbour>,
+    /// How long a held request waits for a MAC before it fails.
+    resolve_timeout: Duration,
+    /// What a sleeping engine watches (kept to reuse its allocation).
+    interests: Vec<Interest>,
     running: bool,
 }
 
@@ -75,6 +90,11 @@ pub(crate) struct Setup {
     pub name: String,
     pub port: PortInfo,
     pub local_ips: Vec<IpAddr>,
+    /// The port's addresses with their subnets, link-local first.
+    pub subnets: Vec<IpCidr>,
+    /// The link's IP MTU.
+    pub mtu: u32,
+    pub resolve_timeout: Duration,
     pub control: Receiver<Control>,
     pub waker: Arc<Waker>,
     pub link: Box<dyn Link>,
@@ -85,21 +105,23 @@ pub(crate) struct Setup {
 }
 
 impl Engine {
-    pub fn new(setup: Setup) -> Engine {
+    pub fn new(setup: Setup) -> io::Result<Engine> {
         let mut link = setup.link;
         link.attach(&setup.pool, &setup.waker);
-        Engine {
+        let mut tx = Tx::new(link, setup.pool, Arc::clone(&setup.counters));
+        let ip_stack = IpStack::new(setup.port.mac, &setup.subnets, setup.mtu, &mut tx)?;
+        Ok(Engine {
             name: setup.name,
             port: setup.port,
             control: setup.control,
             waker: setup.waker,
-            tx: Tx::new(link, setup.pool, Arc::clone(&setup.counters)),
+            tx,
             mrs: MrTable::new(),
             pds: HashMap::new(),
             next_pd: 1,
             mr_owners: HashMap::new(),
             cqs: CqTable::default(),
-            qps: Vec::new(),
+            qps: qp_table::QpTable::default(),
             ahs: HashMap::new(),
             ah_owners: HashMap::new(),
             next_ah: 1,
@@ -108,8 +130,13 @@ impl Engine {
             rxe_compat: setup.rxe_compat,
             acks_due: Vec::new(),
             local_ips: setup.local_ips,
+            link_deadline: None,
+            ip_stack,
+            awaiting_neighbour: Vec::new(),
+            resolve_timeout: setup.resolve_timeout,
+            interests: Vec::new(),
             running: true,
-        }
+        })
     }
 
     /// Runs until the device shuts down.
@@ -138,19 +165,27 @@ impl Engine {
             let timeout = self
                 .next_deadline()
                 .map(|d| d.saturating_duration_since(Instant::now()));
-            let fds: Vec<_> = self.tx.link().poll_fd().into_iter().collect();
-            self.waker.sleep(&fds, timeout);
+            let mut interests = std::mem::take(&mut self.interests);
+            interests.clear();
+            if let Some(fd) = self.tx.link().poll_fd() {
+                interests.push(Interest::new(fd, true, false));
+            }
+            self.ip_stack.interests(&mut interests);
+            self.waker.sleep(&interests, timeout);
+            self.interests = interests;
             idle_since = None;
         }
         self.shutdown();
     }
 
-    /// One round of everything: control requests, received frames, posted work, timers.
-    /// Returns whether anything happened.
+    /// One round of everything: control requests, received frames, posted work, the port's IP
+    /// stack, timers. Returns whether anything happened.
     fn pass(&mut self) -> bool {
+        self.link_deadline = self.tx.link().service(Instant::now());
         let mut busy = self.handle_control();
         busy |= self.receive();
         busy |= self.transmit();
+        busy |= self.ip_stack.poll(&mut self.tx, Instant::now());
         self.timers();
         busy
     }
@@ -160,14 +195,44 @@ impl Engine {
         while let Ok(message) = self.control.try_recv() {
             busy = true;
             match message {
-                Control::Call(command) => {
-                    let result = self.execute(command.client, command.request);
-                    let _ = command.reply.send(result);
-                }
+                Control::Call(command) => self.serve(command),
                 Control::Shutdown => self.running = false,
             }
         }
         busy
+    }
+
+    /// Answers a request: at once, or later for those that wait for the network (a TCP
+    /// connection, a neighbour's MAC).
+    fn serve(&mut self, command: Command) {
+        let Command {
+            client,
+            request,
+            reply,
+        } = command;
+        let now = Instant::now();
+        match request {
+            Request::TcpConnect { addr } => self.ip_stack.tcp_connect(addr, reply, now),
+            Request::TcpAccept { port, timeout } => {
+                self.ip_stack.tcp_accept(client, port, timeout, reply, now)
+            }
+            request => match self.neighbour_need(&request) {
+                NeighbourNeed::Resolve(ip) => self.await_neighbour(
+                    ip,
+                    Command {
+                        client,
+                        request,
+                        reply,
+                    },
+                ),
+                NeighbourNeed::Unreachable(ip) => {
+                    let _ = reply.send(Err(self.ip_stack.off_link(ip)));
+                }
+                NeighbourNeed::None => {
+                    let _ = reply.send(self.execute(client, request));
+                }
+            },
+        }
     }
 
     fn receive(&mut self) -> bool {
@@ -175,7 +240,7 @@ impl Engine {
         while n < RX_BUDGET {
             match self.tx.link().recv() {
                 Ok(Some(frame)) => {
-                    self.handle_frame(&frame);
+                    self.handle_frame(frame);
                     n += 1;
                 }
                 Ok(None) => break,
@@ -206,7 +271,7 @@ impl Engine {
             counters,
             ..
         } = self;
-        for qp in qps.iter_mut().flatten() {
+        for qp in qps.iter_mut() {
             let mut ctx = Ctx {
                 mrs,
                 ahs,
@@ -222,6 +287,7 @@ impl Engine {
 
     fn timers(&mut self) {
         let now = Instant::now();
+        self.expire_neighbour_waits(now);
         let Engine {
             qps,
             mrs,
@@ -231,9 +297,9 @@ impl Engine {
             counters,
             ..
         } = self;
-        for qp in qps.iter_mut().flatten() {
+        for qp in qps.iter_mut() {
             let due = |t: Option<Instant>| t.is_some_and(|t| t <= now);
-            if due(qp.send.timer) || due(qp.send.rnr_wait.map(|w| w.0)) {
+            if due(qp.send.timer) || due(qp.send.rnr_wait.map(|w| w.0)) || due(qp.send.probe_at) {
                 let mut ctx = Ctx {
                     mrs,
                     ahs,
@@ -250,15 +316,24 @@ impl Engine {
     fn next_deadline(&self) -> Option<Instant> {
         self.qps
             .iter()
-            .flatten()
-            .flat_map(|qp| [qp.send.timer, qp.send.rnr_wait.map(|w| w.0)])
+            .flat_map(|qp| {
+                [
+                    qp.send.timer,
+                    qp.send.rnr_wait.map(|w| w.0),
+                    qp.send.probe_at,
+                ]
+            })
+            .chain([
+                self.link_deadline,
+                self.ip_stack.deadline(),
+                self.neighbour_wait_deadline(),
+            ])
             .flatten()
             .min()
     }
 
     /// Runs `f` on QP `qpn` with a transport context, if the QP exists.
     fn with_qp<R>(&mut self, qpn: u32, f: impl FnOnce(&mut Qp, &mut Ctx<'_>) -> R) -> Option<R> {
-        let index = qpn.checked_sub(FIRST_QPN)? as usize;
         let Engine {
             qps,
             mrs,
@@ -268,7 +343,7 @@ impl Engine {
             counters,
             ..
         } = self;
-        let qp = qps.get_mut(index)?.as_deref_mut()?;
+        let qp = qps.get_mut(qpn)?;
         let mut ctx = Ctx {
             mrs,
             ahs,
@@ -281,7 +356,7 @@ impl Engine {
     }
 
     fn shutdown(&mut self) {
-        let qpns: Vec<u32> = self.qps.iter().flatten().map(|qp| qp.qpn).collect();
+        let qpns: Vec<u32> = self.qps.iter().map(|qp| qp.qpn).collect();
         for qpn in qpns {
             self.with_qp(qpn, |qp, ctx| qp.enter_error(ctx));
         }
@@ -314,6 +389,12 @@ fn work(qp: &mut Qp, ctx: &mut Ctx<'_>) -> bool {
         busy |= fetched > 0;
         if qp.state == QpState::Rts {
             busy |= requester::run(qp, ctx, TX_BUDGET) > 0;
+            // Unacknowledged packets: watch for the line going quiet.
+            if qp.qp_type == QpType::Rc && qp.send.una != qp.send.high && qp.send.probe_at.is_none()
+            {
+                qp.send.probe_at =
+                    Some(ctx.now + requester::probe_interval(&qp.send, qp.attrs.timeout));
+            }
         }
         // A request that failed before anything was sent completes once it is the head.
         if qp.qp_type == QpType::Rc && !qp.sq.is_empty() && qp.sq.head == qp.sq.next {

@@ -4,15 +4,16 @@
 use std::sync::Arc;
 
 use roce_hostmem::Region;
+use roce_wire::deth;
 use tracing::{debug, info};
 
-use super::{Engine, RingMemory, FIRST_QPN};
+use super::{Engine, RingMemory, GSI_QPN};
 use crate::control::{ClientId, DeviceInfo, RegionRef, Request, Response, RingMap};
 use crate::cq::{Cq, EventLine};
 use crate::qp::{ring_layout, Qp, MAX_RD_ATOMIC};
 use crate::ring::{Geometry, Ring};
-use crate::transport::{udp_src_port, Path};
-use crate::verbs::types::{QpCap, QpType};
+use crate::transport::{udp_src_port, Ctx, Path};
+use crate::verbs::types::{QpAttr, QpCap, QpState, QpType};
 use crate::verbs::VerbsError;
 use crate::wqe::{CQE_SIZE, MAX_INLINE, MAX_SGE};
 
@@ -93,7 +94,6 @@ impl Engine {
                 if self
                     .qps
                     .iter()
-                    .flatten()
                     .any(|qp| qp.send_cq == cq || qp.recv_cq == cq)
                 {
                     return Err(VerbsError::Busy("the completion queue"));
@@ -108,7 +108,15 @@ impl Engine {
                 recv_cq,
                 cap,
                 sq_sig_all,
-            } => self.create_qp(client, pd, qp_type, send_cq, recv_cq, cap, sq_sig_all),
+            } => self.create_qp(
+                client, pd, qp_type, send_cq, recv_cq, cap, sq_sig_all, false,
+            ),
+            Request::OpenGsi {
+                pd,
+                send_cq,
+                recv_cq,
+                cap,
+            } => self.create_qp(client, pd, QpType::Ud, send_cq, recv_cq, cap, false, true),
             Request::ModifyQp { qpn, attr } => {
                 self.qp(client, qpn)?;
                 let port = self.port.clone();
@@ -123,6 +131,7 @@ impl Engine {
                 Ok(Response::Done)
             }
             Request::QueryQp { qpn } => Ok(Response::QpAttr(self.qp(client, qpn)?.query())),
+            Request::QpStatus { qpn } => Ok(Response::QpStatus(self.qp(client, qpn)?.status())),
             Request::DestroyQp { qpn } => {
                 self.qp(client, qpn)?;
                 self.destroy_qp(qpn);
@@ -171,6 +180,12 @@ impl Engine {
                 Ok(Response::Done)
             }
             Request::Counters => Ok(Response::Counters(Box::new(self.counters.snapshot()))),
+            Request::TcpListen { port } => self.ip_stack.tcp_listen(client, port),
+            Request::TcpUnlisten { port } => self.ip_stack.tcp_unlisten(client, port),
+            // `Engine::serve` hands these to the IP stack, which answers once connected.
+            Request::TcpConnect { .. } | Request::TcpAccept { .. } => Err(VerbsError::Invalid(
+                "a TCP connect or accept is answered by the IP stack".into(),
+            )),
             Request::Disconnect => {
                 self.forget_client(client);
                 Ok(Response::Done)
@@ -193,9 +208,8 @@ impl Engine {
     }
 
     fn qp(&self, client: ClientId, qpn: u32) -> Result<&Qp, VerbsError> {
-        qpn.checked_sub(FIRST_QPN)
-            .and_then(|i| self.qps.get(i as usize))
-            .and_then(|q| q.as_deref())
+        self.qps
+            .get(qpn)
             .filter(|q| q.owner == client)
             .ok_or(none("QP", qpn))
     }
@@ -242,6 +256,7 @@ impl Engine {
         recv_cq: u32,
         cap: QpCap,
         sq_sig_all: bool,
+        gsi: bool,
     ) -> Result<Response, VerbsError> {
         let pd_id = self.pd(client, pd)?;
         self.cq(client, send_cq)?;
@@ -267,12 +282,13 @@ impl Engine {
             max_recv_sge: cap.max_recv_sge.max(1),
             max_inline_data: cap.max_inline_data,
         };
-        let index = self
-            .qps
-            .iter()
-            .position(Option::is_none)
-            .unwrap_or(self.qps.len());
-        let qpn = FIRST_QPN + index as u32;
+        let qpn = match qp_type {
+            QpType::Ud if gsi => GSI_QPN,
+            _ => self.qps.free_qpn(),
+        };
+        if self.qps.get(qpn).is_some() {
+            return Err(VerbsError::Busy("QP1 (the GSI)"));
+        }
         let (sq, rq) = ring_layout(&cap);
         let region = self.ring_region(&format!("qp{qpn}"), rq.end())?;
         let mut qp = Qp::new(
@@ -295,11 +311,50 @@ impl Engine {
             max_recv_wr: rq.capacity,
             ..cap
         };
-        if index == self.qps.len() {
-            self.qps.push(Some(Box::new(qp)));
-        } else {
-            self.qps[index] = Some(Box::new(qp));
+        if qpn == GSI_QPN {
+            // The GSI is ready at once, with the well-known Q_Key.
+            let attr = QpAttr {
+                qkey: Some(deth::GSI_Q_KEY),
+                ..QpAttr::init_ud(deth::GSI_Q_KEY)
+            };
+            let Engine {
+                mrs,
+                cqs,
+                tx,
+                ahs,
+                counters,
+                ..
+            } = self;
+            let mut ctx = Ctx {
+                mrs,
+                ahs,
+                cqs,
+                tx,
+                counters,
+                now: std::time::Instant::now(),
+            };
+            for (state, a) in [
+                (QpState::Init, attr),
+                (
+                    QpState::Rtr,
+                    QpAttr {
+                        qp_state: Some(QpState::Rtr),
+                        ..QpAttr::default()
+                    },
+                ),
+                (
+                    QpState::Rts,
+                    QpAttr {
+                        qp_state: Some(QpState::Rts),
+                        sq_psn: Some(0),
+                        ..QpAttr::default()
+                    },
+                ),
+            ] {
+                qp.apply_modify(&a, state, None, &mut ctx);
+            }
         }
+        self.qps.insert(qp);
         info!(qpn, %qp_type, "QP created");
         Ok(Response::Qp {
             qpn,
@@ -318,11 +373,7 @@ impl Engine {
     /// Destroys a QP: its outstanding work is dropped without completions, as with
     /// `ibv_destroy_qp`.
     fn destroy_qp(&mut self, qpn: u32) {
-        if let Some(slot) = qpn
-            .checked_sub(FIRST_QPN)
-            .and_then(|i| self.qps.get_mut(i as usize))
-        {
-            slot.take();
+        if self.qps.remove(qpn).is_some() {
             info!(qpn, "QP destroyed");
         }
         if let RingMemory::Shared { prefix } = &self.rings {
@@ -332,10 +383,11 @@ impl Engine {
 
     /// Destroys every object of a host program that went away.
     fn forget_client(&mut self, client: ClientId) {
+        self.forget_neighbour_waits(client);
+        self.ip_stack.forget_client(client);
         let qpns: Vec<u32> = self
             .qps
             .iter()
-            .flatten()
             .filter(|q| q.owner == client)
             .map(|q| q.qpn)
             .collect();

@@ -1,5 +1,6 @@
 //! A frame's way in: parse, check that it is ours and that its ICRC holds, find the QP, and hand
-//! the packet to the responder (requests) or the completer (responses).
+//! the packet to the responder (requests) or the completer (responses). Frames that are not
+//! RoCE go to the port's IP stack; every accepted frame teaches the engine its sender's MAC.
 
 use std::net::IpAddr;
 use std::time::Instant;
@@ -7,21 +8,30 @@ use std::time::Instant;
 use roce_wire::{Error as WireError, Frame, NetworkRepr, Transport};
 use tracing::{debug, trace, trace_span};
 
-use super::{Engine, FIRST_QPN};
+use super::Engine;
+use crate::buf::FrameBuf;
 use crate::counters;
+use crate::port;
 use crate::transport::{completer, responder, Ctx};
 use crate::verbs::types::QpType;
 
 impl Engine {
-    pub(super) fn handle_frame(&mut self, bytes: &[u8]) {
+    pub(super) fn handle_frame(&mut self, buf: FrameBuf) {
         let c = &self.counters;
         counters::bump(&c.rx_frames);
-        counters::add(&c.rx_bytes, bytes.len() as u64);
+        counters::add(&c.rx_bytes, buf.len() as u64);
+        if buf.get(6..12) == Some(&self.port.mac.0[..]) {
+            counters::bump(&c.rx_looped);
+            trace!("our own frame came back: dropped");
+            return;
+        }
+        let bytes = &buf[..];
         let frame = match Frame::parse(bytes) {
             Ok(frame) => frame,
             Err(WireError::NotRoce(why)) => {
                 counters::bump(&c.rx_not_roce);
-                trace!(%why, "not RoCE");
+                trace!(%why, "not RoCE: to the port's IP stack");
+                self.hand_to_ip_stack(buf);
                 return;
             }
             Err(e) => {
@@ -50,6 +60,15 @@ impl Engine {
             return;
         }
         trace!("ICRC ok");
+        let sender: Option<IpAddr> = match frame.repr.network {
+            NetworkRepr::Ipv4 { src, .. } => Some(src.into()),
+            NetworkRepr::Ipv6 { src, .. } => Some(src.into()),
+            NetworkRepr::Grh { .. } => None,
+        };
+        if let (Some(ip), Some(ethernet)) = (sender, frame.repr.ethernet) {
+            self.learn(ip, ethernet.src);
+        }
+        let c = &self.counters;
         if bth.p_key != roce_wire::bth::DEFAULT_P_KEY || bth.tver != 0 {
             counters::bump(&c.rx_bad_pkey);
             debug!(
@@ -66,11 +85,7 @@ impl Engine {
             return;
         }
         let qpn = bth.dest_qp;
-        let Some(qp) = qpn
-            .checked_sub(FIRST_QPN)
-            .and_then(|i| self.qps.get_mut(i as usize))
-            .and_then(|q| q.as_deref_mut())
-        else {
+        let Some(qp) = self.qps.get_mut(qpn) else {
             counters::bump(&c.rx_unknown_qp);
             debug!("no such QP: dropped");
             return;
@@ -99,6 +114,17 @@ impl Engine {
             if qp.recv.has_ack_pending() && !self.acks_due.contains(&qpn) {
                 self.acks_due.push(qpn);
             }
+        }
+    }
+
+    /// Hands a frame that is not RoCE to the port's IP stack, after learning its sender.
+    fn hand_to_ip_stack(&mut self, buf: FrameBuf) {
+        if let Some((ip, mac)) = port::sender_of(&buf, self.port.mac) {
+            self.learn(ip, mac);
+        }
+        if !self.ip_stack.ingress(buf) {
+            counters::bump(&self.counters.port_rx_dropped);
+            debug!("the IP stack's queue is full: frame dropped");
         }
     }
 

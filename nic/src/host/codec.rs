@@ -10,19 +10,23 @@
 //! Layout: a one-byte tag per enum, then the fields in declaration order (see
 //! [`super::wire_format`] for the primitives).
 
+use std::io;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
 use std::sync::Arc;
+use std::time::Duration;
 
 use roce_hostmem::{Access, MrKeys, Region, VaBase};
 use roce_wire::EthernetAddress;
 
 use super::wire_format::{code, DecodeError, Reader, Writer};
-use crate::control::{DeviceInfo, RegionRef, Request, Response, RingMap};
+use crate::control::{DeviceInfo, QpStatus, RegionRef, Request, Response, RingMap};
 use crate::counters::Snapshot;
 use crate::cq::EventLine;
 use crate::ring::Geometry;
 use crate::verbs::types::{AddressVector, Gid, Mtu, QpAttr, QpCap, QpState, QpType};
 use crate::verbs::VerbsError;
-use std::os::fd::AsFd;
 
 /// Most GIDs a device description may list.
 const MAX_GIDS: usize = 64;
@@ -116,6 +120,42 @@ pub fn put_request(w: &mut Writer<'_>, request: &Request) -> Result<(), VerbsErr
         }
         Request::Counters => w.u8(13),
         Request::Disconnect => w.u8(14),
+        Request::OpenGsi {
+            pd,
+            send_cq,
+            recv_cq,
+            cap,
+        } => {
+            w.u8(15);
+            w.u32(*pd);
+            w.u32(*send_cq);
+            w.u32(*recv_cq);
+            put_cap(w, cap);
+        }
+        Request::QpStatus { qpn } => {
+            w.u8(16);
+            w.u32(*qpn);
+        }
+        Request::TcpConnect { addr } => {
+            w.u8(17);
+            put_socket_addr(w, addr);
+        }
+        Request::TcpListen { port } => {
+            w.u8(18);
+            w.u16(*port);
+        }
+        Request::TcpAccept { port, timeout } => {
+            w.u8(19);
+            w.u16(*port);
+            w.opt(*timeout, |w, t| {
+                w.u64(t.as_secs());
+                w.u32(t.subsec_nanos());
+            });
+        }
+        Request::TcpUnlisten { port } => {
+            w.u8(20);
+            w.u16(*port);
+        }
     }
     Ok(())
 }
@@ -157,6 +197,22 @@ pub fn get_request(r: &mut Reader<'_>) -> Result<Request, DecodeError> {
         12 => Request::DestroyAh { ah: r.u32()? },
         13 => Request::Counters,
         14 => Request::Disconnect,
+        15 => Request::OpenGsi {
+            pd: r.u32()?,
+            send_cq: r.u32()?,
+            recv_cq: r.u32()?,
+            cap: get_cap(r)?,
+        },
+        16 => Request::QpStatus { qpn: r.u32()? },
+        17 => Request::TcpConnect {
+            addr: get_socket_addr(r)?,
+        },
+        18 => Request::TcpListen { port: r.u16()? },
+        19 => Request::TcpAccept {
+            port: r.u16()?,
+            timeout: r.opt(get_duration)?,
+        },
+        20 => Request::TcpUnlisten { port: r.u16()? },
         tag => return Err(invalid("request", tag)),
     })
 }
@@ -221,6 +277,24 @@ pub fn put_response<'a>(w: &mut Writer<'a>, response: &'a Response) -> Result<()
             }
         }
         Response::Done => w.u8(8),
+        Response::QpStatus(status) => {
+            w.u8(9);
+            w.u32(status.sends_outstanding);
+            w.u32(status.reads_outstanding);
+            w.u32(status.replies_pending);
+            w.bool(status.receive_in_progress);
+            w.bool(status.retransmit_timer_armed);
+            w.bool(status.rnr_waiting);
+        }
+        Response::TcpStream { stream, peer } => {
+            w.u8(10);
+            w.fd(stream.as_fd());
+            put_socket_addr(w, peer);
+        }
+        Response::Listening { port } => {
+            w.u8(11);
+            w.u16(*port);
+        }
     }
     Ok(())
 }
@@ -297,9 +371,42 @@ pub fn get_response(r: &mut Reader<'_>, attach: &mut Attach<'_>) -> Result<Respo
             Response::Counters(Box::new(Snapshot::from_slice(&values)))
         }
         8 => Response::Done,
+        9 => Response::QpStatus(QpStatus {
+            sends_outstanding: r.u32()?,
+            reads_outstanding: r.u32()?,
+            replies_pending: r.u32()?,
+            receive_in_progress: r.bool()?,
+            retransmit_timer_armed: r.bool()?,
+            rnr_waiting: r.bool()?,
+        }),
+        10 => Response::TcpStream {
+            stream: UnixStream::from(r.fd()?),
+            peer: get_socket_addr(r)?,
+        },
+        11 => Response::Listening { port: r.u16()? },
         tag => return Err(invalid("answer", tag).into()),
     })
 }
+
+/// The kinds of I/O error that cross as themselves (the port's TCP fails like the socket calls
+/// it stands for: refused, timed out, reset...); others arrive as `Other`. The index is the
+/// code on the wire, so the list only grows at its end.
+const IO_KINDS: [io::ErrorKind; 14] = [
+    io::ErrorKind::Other,
+    io::ErrorKind::NotFound,
+    io::ErrorKind::PermissionDenied,
+    io::ErrorKind::ConnectionRefused,
+    io::ErrorKind::ConnectionReset,
+    io::ErrorKind::ConnectionAborted,
+    io::ErrorKind::NotConnected,
+    io::ErrorKind::AddrInUse,
+    io::ErrorKind::AddrNotAvailable,
+    io::ErrorKind::BrokenPipe,
+    io::ErrorKind::WouldBlock,
+    io::ErrorKind::InvalidInput,
+    io::ErrorKind::TimedOut,
+    io::ErrorKind::NetworkUnreachable,
+];
 
 /// Encodes an error as its kind and sentence. The structured errors whose parts are static
 /// (which object, what is busy) keep their kind; the others arrive as their sentence, the same
@@ -326,6 +433,11 @@ pub fn put_error(w: &mut Writer<'_>, error: &VerbsError) {
         VerbsError::DeviceGone { nic } => {
             w.u8(4);
             w.str(nic);
+        }
+        VerbsError::Io(e) => {
+            w.u8(6);
+            w.u8(IO_KINDS.iter().position(|k| *k == e.kind()).unwrap_or(0) as u8);
+            w.str(&e.to_string());
         }
         other => {
             w.u8(5);
@@ -365,6 +477,13 @@ pub fn get_error(r: &mut Reader<'_>) -> Result<VerbsError, DecodeError> {
         3 => VerbsError::RecvQueueFull(r.u32()?),
         4 => VerbsError::DeviceGone { nic: r.str()? },
         5 => VerbsError::Invalid(r.str()?),
+        6 => {
+            let kind = IO_KINDS
+                .get(usize::from(r.u8()?))
+                .copied()
+                .unwrap_or(io::ErrorKind::Other);
+            VerbsError::Io(io::Error::new(kind, r.str()?))
+        }
         tag => return Err(invalid("error kind", tag)),
     })
 }
@@ -380,6 +499,45 @@ impl From<DecodeError> for VerbsError {
     fn from(e: DecodeError) -> VerbsError {
         VerbsError::Invalid(format!("a control message could not be read: {e}"))
     }
+}
+
+fn put_socket_addr(w: &mut Writer<'_>, addr: &SocketAddr) {
+    match addr {
+        SocketAddr::V4(a) => {
+            w.u8(4);
+            w.raw(&a.ip().octets());
+            w.u16(a.port());
+        }
+        SocketAddr::V6(a) => {
+            w.u8(6);
+            w.raw(&a.ip().octets());
+            w.u16(a.port());
+            w.u32(a.flowinfo());
+            w.u32(a.scope_id());
+        }
+    }
+}
+
+fn get_socket_addr(r: &mut Reader<'_>) -> Result<SocketAddr, DecodeError> {
+    Ok(match r.u8()? {
+        4 => SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::from(r.raw::<4>()?), r.u16()?)),
+        6 => SocketAddr::V6(SocketAddrV6::new(
+            Ipv6Addr::from(r.raw::<16>()?),
+            r.u16()?,
+            r.u32()?,
+            r.u32()?,
+        )),
+        family => return Err(invalid("address family", family)),
+    })
+}
+
+fn get_duration(r: &mut Reader<'_>) -> Result<Duration, DecodeError> {
+    let secs = r.u64()?;
+    let nanos = r.u32()?;
+    if nanos >= 1_000_000_000 {
+        return Err(invalid("nanoseconds", nanos));
+    }
+    Ok(Duration::new(secs, nanos))
 }
 
 fn put_va(w: &mut Writer<'_>, va: VaBase) {

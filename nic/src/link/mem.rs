@@ -10,9 +10,10 @@ use super::Link;
 use crate::buf::{BufPool, FrameBuf};
 use crate::waker::Waker;
 
-/// Frames that may wait on one direction of the cable before more are dropped, like a NIC's
-/// transmit ring.
-pub const QUEUE_DEPTH: usize = 4096;
+/// Frames that may wait on one direction of the cable, like a NIC's transmit ring.
+pub const QUEUE_DEPTH: usize = 1024;
+/// Room kept for acknowledgements when the sender is told to hold back data.
+const HEADROOM: usize = 64;
 
 /// One end of an in-process cable.
 pub struct MemLink {
@@ -67,6 +68,10 @@ impl Link for MemLink {
                 "the other end of the in-process cable is gone",
             )),
         }
+    }
+
+    fn can_send(&self) -> bool {
+        self.tx.len() + HEADROOM < QUEUE_DEPTH
     }
 
     fn recv(&mut self) -> io::Result<Option<FrameBuf>> {

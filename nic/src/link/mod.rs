@@ -3,12 +3,15 @@
 //! wrappers (a pcap tee, fault injection) compose around any of them.
 
 pub mod cable;
+pub mod faults;
+pub mod iface;
 pub mod mem;
 pub mod pcap;
 
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::Arc;
+use std::time::Instant;
 
 use crate::buf::{BufPool, FrameBuf};
 use crate::waker::Waker;
@@ -19,6 +22,14 @@ pub trait Link: Send {
     /// is for the drop counter, never a reason to stop.
     fn send(&mut self, frame: FrameBuf) -> io::Result<()>;
 
+    /// Whether the medium can take more frames now. A wire is never "full" — the sender simply
+    /// cannot transmit faster than the line rate — so a medium with a bounded queue (the
+    /// in-process cable) says so here, and the engine holds back new packets instead of losing
+    /// them.
+    fn can_send(&self) -> bool {
+        true
+    }
+
     /// The next received frame, without blocking.
     fn recv(&mut self) -> io::Result<Option<FrameBuf>>;
 
@@ -28,6 +39,12 @@ pub trait Link: Send {
 
     /// A file descriptor that becomes readable when frames arrive, if the medium has one.
     fn poll_fd(&self) -> Option<RawFd> {
+        None
+    }
+
+    /// Lets a link that holds frames back (delay, reordering) release the ones whose time has
+    /// come. Called at every engine pass; returns when it next needs to be called.
+    fn service(&mut self, _now: Instant) -> Option<Instant> {
         None
     }
 
@@ -44,6 +61,9 @@ impl Link for Box<dyn Link> {
     fn send(&mut self, frame: FrameBuf) -> io::Result<()> {
         (**self).send(frame)
     }
+    fn can_send(&self) -> bool {
+        (**self).can_send()
+    }
     fn recv(&mut self) -> io::Result<Option<FrameBuf>> {
         (**self).recv()
     }
@@ -52,6 +72,9 @@ impl Link for Box<dyn Link> {
     }
     fn poll_fd(&self) -> Option<RawFd> {
         (**self).poll_fd()
+    }
+    fn service(&mut self, now: Instant) -> Option<Instant> {
+        (**self).service(now)
     }
     fn flush(&mut self) -> io::Result<()> {
         (**self).flush()

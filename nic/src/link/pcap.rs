@@ -97,6 +97,10 @@ impl<L: Link> Link for PcapTee<L> {
         self.inner.send(frame)
     }
 
+    fn can_send(&self) -> bool {
+        self.inner.can_send()
+    }
+
     fn recv(&mut self) -> io::Result<Option<FrameBuf>> {
         let frame = self.inner.recv()?;
         if let (Some(f), true) = (&frame, self.record_rx) {
@@ -111,6 +115,10 @@ impl<L: Link> Link for PcapTee<L> {
 
     fn poll_fd(&self) -> Option<RawFd> {
         self.inner.poll_fd()
+    }
+
+    fn service(&mut self, now: std::time::Instant) -> Option<std::time::Instant> {
+        self.inner.service(now)
     }
 
     fn flush(&mut self) -> io::Result<()> {

@@ -8,6 +8,8 @@ use roce_wire::aeth::{self, NakCode, Syndrome};
 use roce_wire::{bth, Extensions, Kind};
 use tracing::{debug, info, trace};
 
+use std::time::Instant;
+
 use super::requester::retransmit_timeout;
 use super::{psn, scatter, Ctx};
 use crate::counters;
@@ -31,6 +33,13 @@ pub fn on_response(
     }
     let kind = bth.opcode.kind();
     let syndrome = ext.aeth.map(|a| a.syndrome);
+    // What this answer shows the responder has received: every PSN before the one a NAK names,
+    // up to and including the one an ACK or a response names.
+    let received_before = match syndrome {
+        Some(Syndrome::Nak(_)) | Some(Syndrome::RnrNak { .. }) => p,
+        _ => psn::add(p, 1),
+    };
+    peer_progress(qp, received_before, ctx.now);
     match (kind, syndrome) {
         (Kind::Acknowledge, Some(Syndrome::Ack { .. })) => {
             counters::bump(&ctx.counters.acks_received);
@@ -262,8 +271,18 @@ fn on_atomic_ack(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, original: u64) {
     advance_una(qp, ctx, psn::add(p, 1));
 }
 
-/// The retransmission timer and the RNR wait.
+/// The retransmission timer, the RNR wait and the tail probe.
 pub fn on_timers(qp: &mut Qp, ctx: &mut Ctx<'_>) {
+    if qp.send.probe_at.is_some_and(|at| ctx.now >= at) {
+        if qp.send.una != qp.send.high && qp.send.rnr_wait.is_none() {
+            super::requester::probe(qp, ctx);
+            qp.send.probe_backoff += 1;
+            qp.send.probe_at =
+                Some(ctx.now + super::requester::probe_interval(&qp.send, qp.attrs.timeout));
+        } else {
+            qp.send.probe_at = None;
+        }
+    }
     if let Some((at, p)) = qp.send.rnr_wait {
         if ctx.now >= at {
             qp.send.rnr_wait = None;
@@ -289,16 +308,49 @@ pub fn on_timers(qp: &mut Qp, ctx: &mut Ctx<'_>) {
         return;
     }
     let from = qp.send.una;
+    let head = qp.sq.entry(qp.sq.head);
     info!(
         qpn = qp.qpn,
         psn = from,
         retries_left = qp.send.retry_left,
+        high = qp.send.high,
+        peer_high = qp.send.peer_high,
+        head_op = ?head.wqe.op,
+        head_first = head.first_psn,
+        head_npkts = head.npkts,
+        head_responses = head.responses,
+        head_sent = head.sent,
+        next = qp.sq.next.wrapping_sub(qp.sq.head),
         "retransmission timeout: going back"
     );
     if qp.sq.rewind_to(from) {
         qp.send.recovering = Some(from);
     }
     qp.send.timer = retransmit_timeout(qp.attrs.timeout).map(|t| ctx.now + t);
+}
+
+/// The responder has received everything before `received_before`. If that is news, it is alive
+/// and making progress — even if a READ's answer is still missing, which keeps `una` back — so
+/// the retry budget, which guards against a dead or stuck peer, is restored.
+fn peer_progress(qp: &mut Qp, received_before: u32, now: Instant) {
+    if psn::before(qp.send.peer_high, received_before) {
+        qp.send.peer_high = received_before;
+        qp.send.retry_left = qp.attrs.retry_cnt;
+        qp.send.probe_at = None;
+        qp.send.probe_backoff = 0;
+    }
+    if let Some((p, sent)) = qp.send.rtt_sample {
+        if psn::before(p, received_before) {
+            let sample = now.saturating_duration_since(sent);
+            let s = &mut qp.send.srtt;
+            *s = if s.is_zero() {
+                sample
+            } else {
+                (*s * 7 + sample) / 8
+            };
+            qp.send.rtt_sample = None;
+        }
+    }
 }
 
 /// Takes one retry from the budget; false when none is left.
@@ -345,6 +397,13 @@ pub fn complete_head(qp: &mut Qp, ctx: &mut Ctx<'_>, status: WcStatus) {
     }
     trace!(qpn = qp.qpn, wr_id = head.wqe.wr_id, %status, "send request completed");
     qp.sq.retire_head();
+    // Everything the retired request used is acknowledged: `una` moves to the next request's
+    // first PSN, or past everything sent when none was sent.
+    let next = match qp.sq.is_empty() {
+        false if qp.sq.entry(qp.sq.head).assigned => qp.sq.entry(qp.sq.head).first_psn,
+        _ => qp.send.high,
+    };
+    advance_una(qp, ctx, next);
 }
 
 /// Completes the head request with an error and moves the QP to the error state.

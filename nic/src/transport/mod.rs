@@ -133,6 +133,11 @@ impl Tx {
         &mut *self.link
     }
 
+    /// Whether new data packets may be generated now (the link has room).
+    pub fn can_send(&self) -> bool {
+        self.link.can_send()
+    }
+
     pub fn pool(&self) -> &Arc<BufPool> {
         &self.pool
     }

@@ -29,6 +29,9 @@ pub struct SendState {
     pub high: u32,
     /// Oldest PSN not yet acknowledged.
     pub una: u32,
+    /// One past the highest PSN the responder has shown it received (by an ACK, a NAK or an
+    /// answer). It can run ahead of `una` while a READ's answer is missing.
+    pub peer_high: u32,
     /// READs and atomics sent and not yet completed.
     pub rd_outstanding: u32,
     /// Packets sent since the last one with AckReq.
@@ -44,6 +47,14 @@ pub struct SendState {
     /// A go-back-N is under way from this PSN; further out-of-order answers are ignored until
     /// the answer to it arrives.
     pub recovering: Option<u32>,
+    /// Smoothed round trip from a packet with AckReq to its acknowledgement.
+    pub srtt: Duration,
+    /// The packet being timed for the round trip, and when it left.
+    pub rtt_sample: Option<(u32, Instant)>,
+    /// When to probe a quiet line (see [`probe`]).
+    pub probe_at: Option<Instant>,
+    /// Probes sent since the last progress.
+    pub probe_backoff: u32,
 }
 
 /// The retransmission timeout of the `timeout` attribute: 4.096 µs × 2^timeout (0 = none).
@@ -79,7 +90,7 @@ pub fn run(qp: &mut Qp, ctx: &mut Ctx<'_>, budget: usize) -> usize {
         return 0;
     }
     let mut sent = 0;
-    while sent < budget && qp.sq.next != qp.sq.fetched {
+    while sent < budget && qp.sq.next != qp.sq.fetched && ctx.tx.can_send() {
         let index = qp.sq.next;
         let entry = qp.sq.entry(index);
         if entry.failed.is_some() {
@@ -180,12 +191,63 @@ fn pick(only: bool, first: bool, last: bool, o: Kind, f: Kind, l: Kind) -> Kind 
     }
 }
 
-/// Builds and sends the next packet of request `index`.
+/// Builds and sends the next packet of request `index`, and records the progress.
 fn send_packet(qp: &mut Qp, ctx: &mut Ctx<'_>, index: u32) -> Result<(), WcStatus> {
+    let n = qp.sq.entry(index).sent;
+    emit(qp, ctx, index, n, false)?;
+    let entry = qp.sq.entry_mut(index);
+    if entry.wqe.op.is_read_or_atomic() {
+        entry.sent = entry.npkts;
+        if !entry.rd_counted {
+            entry.rd_counted = true;
+            qp.send.rd_outstanding += 1;
+        }
+    } else {
+        entry.sent += 1;
+    }
+    Ok(())
+}
+
+/// Sends the oldest unacknowledged packet once more, asking for an acknowledgement: the line
+/// went quiet with packets unacknowledged, so an ACK, a NAK or a lost packet went missing at the
+/// tail, where no later packet would reveal the gap. The answer (ACK, NAK or the missing
+/// response) restarts the flow long before the retransmission timer would.
+pub fn probe(qp: &mut Qp, ctx: &mut Ctx<'_>) {
+    let Some(index) = qp.sq.find_psn(qp.send.una) else {
+        return;
+    };
+    let n = psn::diff(qp.send.una, qp.sq.entry(index).first_psn) as u32;
+    if emit(qp, ctx, index, n, true).is_ok() {
+        counters::bump(&ctx.counters.tail_probes);
+        debug!(
+            qpn = qp.qpn,
+            psn = qp.send.una,
+            "line quiet: probing with the oldest unacknowledged packet"
+        );
+    }
+}
+
+/// How long the line may stay quiet with packets unacknowledged before a probe: a few round
+/// trips, backing off while probes go unanswered, never longer than the retransmission timeout.
+pub fn probe_interval(send: &SendState, timeout: u8) -> Duration {
+    let rtt = if send.srtt.is_zero() {
+        Duration::from_micros(100)
+    } else {
+        send.srtt
+    };
+    let base = (rtt * 3).clamp(Duration::from_micros(20), Duration::from_millis(100));
+    let interval = base * (1 << send.probe_backoff.min(10));
+    match retransmit_timeout(timeout) {
+        Some(t) => interval.min(t / 2),
+        None => interval,
+    }
+}
+
+/// Builds and sends packet `n` of request `index` (a probe always asks for an ACK).
+fn emit(qp: &mut Qp, ctx: &mut Ctx<'_>, index: u32, n: u32, probe: bool) -> Result<(), WcStatus> {
     let mtu = qp.attrs.path_mtu.bytes();
     let entry = qp.sq.entry(index);
     let wqe = &entry.wqe;
-    let n = entry.sent;
     let packet_psn = psn::add(entry.first_psn, n);
     let opcode = opcode(qp.qp_type, &wqe.op, n, entry.npkts);
     let last = n + 1 >= entry.npkts || wqe.op.is_read_or_atomic();
@@ -280,7 +342,7 @@ fn send_packet(qp: &mut Qp, ctx: &mut Ctx<'_>, index: u32) -> Result<(), WcStatu
 
     let mut bth = bth::Repr::new(opcode, dest_qp, packet_psn);
     let ack_every = qp.send.since_ack_req + 1 >= ACK_REQ_EVERY;
-    bth.ack_req = qp.qp_type == QpType::Rc && (last || ack_every);
+    bth.ack_req = qp.qp_type == QpType::Rc && (last || ack_every || probe);
     // The solicited event bit goes on the packet that completes a receive at the peer.
     bth.solicited = last
         && wqe.flags.contains(SendFlags::SOLICITED)
@@ -315,6 +377,9 @@ fn send_packet(qp: &mut Qp, ctx: &mut Ctx<'_>, index: u32) -> Result<(), WcStatu
         counters::add(&ctx.counters.dma_read_bytes, payload_len as u64);
     }
     trace!(payload = payload_len, ack_req = bth.ack_req, "packet sent");
+    if probe {
+        return Ok(());
+    }
     qp.send.since_ack_req = if bth.ack_req {
         0
     } else {
@@ -327,19 +392,12 @@ fn send_packet(qp: &mut Qp, ctx: &mut Ctx<'_>, index: u32) -> Result<(), WcStatu
     };
     if psn::before(packet_psn, qp.send.high) {
         counters::bump(&ctx.counters.retransmitted_packets);
-    }
-    if psn::before(qp.send.high, end) {
-        qp.send.high = end;
-    }
-    let entry = qp.sq.entry_mut(index);
-    if entry.wqe.op.is_read_or_atomic() {
-        entry.sent = entry.npkts;
-        if !entry.rd_counted {
-            entry.rd_counted = true;
-            qp.send.rd_outstanding += 1;
-        }
     } else {
-        entry.sent += 1;
+        qp.send.high = end;
+        // Time one fresh packet at a time to learn the round trip.
+        if bth.ack_req && qp.send.rtt_sample.is_none() {
+            qp.send.rtt_sample = Some((packet_psn, ctx.now));
+        }
     }
     Ok(())
 }

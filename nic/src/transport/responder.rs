@@ -102,6 +102,14 @@ impl RecvState {
         !self.replies.is_empty()
     }
 
+    pub fn replies_pending(&self) -> u32 {
+        self.replies.len() as u32
+    }
+
+    pub fn receive_in_progress(&self) -> bool {
+        self.in_message == Some(InMessage::Send)
+    }
+
     pub fn has_ack_pending(&self) -> bool {
         self.ack_pending.is_some()
     }
@@ -689,7 +697,7 @@ fn send_atomic_ack(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, original: u64) {
 pub fn send_replies(qp: &mut Qp, ctx: &mut Ctx<'_>, budget: usize) -> usize {
     let mtu = u64::from(qp.attrs.path_mtu.bytes());
     let mut sent = 0;
-    while sent < budget {
+    while sent < budget && ctx.tx.can_send() {
         let Some(reply) = qp.recv.replies.front().copied() else {
             break;
         };

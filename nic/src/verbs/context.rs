@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use roce_hostmem::{Access, Region, VaBase};
 
-use super::types::{AddressVector, Gid, QpAttr, QpCap, QpType, RecvWr, SendFlags, SendWr, Sge, Wc};
+use super::types::{
+    AddressVector, Gid, QpAttr, QpCap, QpType, RecvWr, SendFlags, SendOp, SendWr, Sge, Wc,
+};
 use super::VerbsError;
 use crate::control::{ClientId, DeviceInfo, RegionRef, Request, Response, RingMap};
 use crate::counters::Snapshot;
@@ -46,7 +48,7 @@ struct LocalMr {
     len: u64,
 }
 
-struct Inner {
+pub(super) struct Inner {
     backend: Arc<dyn Backend>,
     client: ClientId,
     device: DeviceInfo,
@@ -57,11 +59,11 @@ struct Inner {
 }
 
 impl Inner {
-    fn call(&self, request: Request) -> Result<Response, VerbsError> {
+    pub(super) fn call(&self, request: Request) -> Result<Response, VerbsError> {
         self.backend.call(self.client, request)
     }
 
-    fn unexpected(&self, what: &str) -> VerbsError {
+    pub(super) fn unexpected(&self, what: &str) -> VerbsError {
         VerbsError::Invalid(format!("the NIC answered {what} with something else"))
     }
 
@@ -93,7 +95,7 @@ impl Drop for Inner {
 /// An opened device (`ibv_context`).
 #[derive(Clone)]
 pub struct Context {
-    inner: Arc<Inner>,
+    pub(super) inner: Arc<Inner>,
 }
 
 impl Context {
@@ -254,6 +256,33 @@ impl ProtectionDomain {
             cap,
             sq_sig_all: false,
         };
+        self.make_qp(request, qp_type, send_cq, recv_cq)
+    }
+
+    /// Opens QP1, the General Services Interface: a UD QP with Q_Key 0x80010000, already in
+    /// RTS. One host at a time may hold it.
+    pub fn open_gsi(
+        &self,
+        send_cq: &CompletionQueue,
+        recv_cq: &CompletionQueue,
+        cap: QpCap,
+    ) -> Result<QueuePair, VerbsError> {
+        let request = Request::OpenGsi {
+            pd: self.inner.pd,
+            send_cq: send_cq.inner.cq,
+            recv_cq: recv_cq.inner.cq,
+            cap,
+        };
+        self.make_qp(request, QpType::Ud, send_cq, recv_cq)
+    }
+
+    fn make_qp(
+        &self,
+        request: Request,
+        qp_type: QpType,
+        send_cq: &CompletionQueue,
+        recv_cq: &CompletionQueue,
+    ) -> Result<QueuePair, VerbsError> {
         let (qpn, cap, sq, rq) = match self.inner.ctx.call(request)? {
             Response::Qp { qpn, cap, sq, rq } => (qpn, cap, sq, rq),
             _ => return Err(self.inner.ctx.unexpected("create_qp")),
@@ -490,6 +519,16 @@ impl QueuePair {
         }
     }
 
+    /// What the NIC holds in flight for this QP (beyond verbs: for tests and tools).
+    pub fn status(&self) -> Result<crate::control::QpStatus, VerbsError> {
+        match self.inner.pd.ctx.call(Request::QpStatus {
+            qpn: self.inner.qpn,
+        })? {
+            Response::QpStatus(s) => Ok(s),
+            _ => Err(self.inner.pd.ctx.unexpected("a QP status query")),
+        }
+    }
+
     /// Posts send work requests and rings the doorbell once. On an error, the requests before
     /// the failing one are posted and the rest are not.
     pub fn post_send(&self, wrs: &[SendWr<'_>]) -> Result<(), VerbsError> {
@@ -500,6 +539,18 @@ impl QueuePair {
         let q = &mut *q;
         let mut result = Ok(());
         for wr in wrs {
+            let allowed = match self.inner.qp_type {
+                QpType::Rc => true,
+                QpType::Uc => !wr.op.is_read_or_atomic(),
+                QpType::Ud => matches!(wr.op, SendOp::Send | SendOp::SendWithImm { .. }),
+            };
+            if !allowed {
+                result = Err(VerbsError::Invalid(format!(
+                    "a {} QP cannot post {:?}",
+                    self.inner.qp_type, wr.op
+                )));
+                break;
+            }
             if self.inner.qp_type == QpType::Ud && wr.ud.is_none() {
                 result = Err(VerbsError::Invalid(
                     "a UD send needs a destination (address handle, QPN, Q_Key)".into(),

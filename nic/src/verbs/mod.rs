@@ -9,10 +9,12 @@
 
 mod context;
 mod error;
+mod tcp;
 pub mod types;
 
 pub use context::{
     AddressHandle, Backend, CompletionQueue, Context, MemoryRegion, ProtectionDomain, QueuePair,
 };
 pub use error::VerbsError;
+pub use tcp::PortListener;
 pub use types::*;

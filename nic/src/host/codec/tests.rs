@@ -1,4 +1,5 @@
 use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
 use proptest::prelude::*;
@@ -80,6 +81,29 @@ fn requests() -> Vec<Request> {
         Request::DestroyAh { ah: 9 },
         Request::Counters,
         Request::Disconnect,
+        Request::OpenGsi {
+            pd: 1,
+            send_cq: 2,
+            recv_cq: 3,
+            cap: QpCap::default(),
+        },
+        Request::QpStatus { qpn: 0x12 },
+        Request::TcpConnect {
+            addr: "10.0.0.2:18515".parse().unwrap(),
+        },
+        Request::TcpConnect {
+            addr: "[fe80::1%3]:4791".parse().unwrap(),
+        },
+        Request::TcpListen { port: 18515 },
+        Request::TcpAccept {
+            port: 18515,
+            timeout: Some(Duration::new(3, 500)),
+        },
+        Request::TcpAccept {
+            port: 1,
+            timeout: None,
+        },
+        Request::TcpUnlisten { port: 18515 },
     ]
 }
 
@@ -224,6 +248,15 @@ fn plain_answers_round_trip() {
         Response::Ah(3),
         Response::Counters(Box::new(snapshot)),
         Response::Done,
+        Response::QpStatus(crate::control::QpStatus {
+            sends_outstanding: 3,
+            reads_outstanding: 1,
+            replies_pending: 2,
+            receive_in_progress: true,
+            retransmit_timer_armed: false,
+            rnr_waiting: true,
+        }),
+        Response::Listening { port: 18515 },
     ];
     for answer in answers {
         let decoded = round_trip_response(&answer, &mut no_regions).unwrap();
@@ -298,6 +331,28 @@ fn queue_answers_carry_region_names_and_the_event_line() {
 }
 
 #[test]
+fn a_tcp_stream_crosses_as_a_descriptor_beside_its_peer_address() {
+    use std::io::{Read, Write};
+    let (ours, engine_end) = UnixStream::pair().unwrap();
+    let answer = Response::TcpStream {
+        stream: ours,
+        peer: "10.0.0.2:18515".parse().unwrap(),
+    };
+    let Response::TcpStream { stream, peer } =
+        round_trip_response(&answer, &mut no_regions).unwrap()
+    else {
+        panic!("not a TCP stream")
+    };
+    drop(answer);
+    assert_eq!(peer, "10.0.0.2:18515".parse().unwrap());
+    // The received descriptor is the same stream: bytes reach the engine's end.
+    (&stream).write_all(b"0000:000011").unwrap();
+    let mut got = [0u8; 11];
+    (&engine_end).read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"0000:000011");
+}
+
+#[test]
 fn rings_in_private_memory_cannot_be_served() {
     let cq = Response::Cq {
         cq: 0,
@@ -344,6 +399,10 @@ fn errors_keep_their_kind_or_their_sentence() {
         VerbsError::DeviceGone { nic: "nic0".into() },
         VerbsError::Invalid("a completion queue holds 1 to 65536 entries, not 0".into()),
         VerbsError::Modify(crate::qp::ModifyError::NoGid(9)),
+        VerbsError::Io(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "nobody listens on 10.0.0.2:18515",
+        )),
     ];
     for error in errors {
         let mut w = Writer::new();
@@ -353,6 +412,9 @@ fn errors_keep_their_kind_or_their_sentence() {
         let decoded = get_error(&mut r).unwrap();
         r.finish().unwrap();
         assert_eq!(decoded.to_string(), error.to_string());
+        if let (VerbsError::Io(sent), VerbsError::Io(got)) = (&error, &decoded) {
+            assert_eq!(sent.kind(), got.kind());
+        }
         assert_eq!(
             std::mem::discriminant(&decoded) == std::mem::discriminant(&error),
             !matches!(error, VerbsError::Modify(_)),

@@ -1,0 +1,128 @@
+//! `roce bench`: how fast the emulated data path runs on this machine, between two NICs in this
+//! process (an in-process cable, optionally with faults), beside a plain memcpy.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use roce_nic::bench;
+use roce_nic::link::faults::{FaultSpec, Faulty};
+use roce_nic::link::mem;
+use roce_nic::testbed;
+use roce_nic::verbs::{Mtu, QpType};
+
+use crate::Failure;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Seconds per throughput measurement.
+    #[arg(long, default_value_t = 3.0)]
+    seconds: f64,
+    /// Path MTU in bytes (256, 512, 1024, 2048 or 4096).
+    #[arg(long, default_value_t = 4096)]
+    mtu: u32,
+    /// Message size of the goodput run (e.g. 1M, 64K).
+    #[arg(long, default_value = "1M")]
+    size: String,
+    /// Faults on the cable, e.g. drop=0.01 (see `roce nic --help`).
+    #[arg(long)]
+    faults: Option<String>,
+}
+
+pub fn run(args: Args) -> Result<ExitCode, Failure> {
+    let mtu = Mtu::from_bytes(args.mtu).ok_or_else(|| {
+        Failure::usage(format!(
+            "--mtu {} is not one of 256, 512, 1024, 2048, 4096",
+            args.mtu
+        ))
+    })?;
+    let size = roce_hostmem::parse_size(&args.size)
+        .map_err(|e| Failure::usage(format!("--size {}: {e}", args.size)))?;
+    if size > 16 << 20 {
+        return Err(Failure::usage("--size is at most 16M"));
+    }
+    let duration = Duration::try_from_secs_f64(args.seconds)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| Failure::usage("--seconds must be a positive number"))?;
+    let faults: Option<FaultSpec> = args
+        .faults
+        .as_deref()
+        .map(str::parse)
+        .transpose()
+        .map_err(|e| Failure::usage(format!("--faults: {e}")))?;
+
+    let (la, lb) = mem::pair();
+    let region = 64 << 20;
+    let pair = match faults {
+        Some(spec) => testbed::pair_over(
+            Faulty::new(la, spec),
+            lb,
+            QpType::Rc,
+            mtu,
+            region,
+            |_| {},
+            |_| {},
+        ),
+        None => testbed::pair_over(la, lb, QpType::Rc, mtu, region, |_| {}, |_| {}),
+    }
+    .map_err(|e| Failure::new(format!("could not set up the test bench: {e}")))?;
+    let fail = |e: roce_nic::verbs::VerbsError| Failure::new(format!("benchmark failed: {e}"));
+
+    println!(
+        "two NICs in this process, in-process cable, RC, path MTU {mtu}{}",
+        match &faults {
+            Some(f) => format!(", faults {f}"),
+            None => String::new(),
+        }
+    );
+    let copy = bench::memcpy_throughput(size, duration);
+    println!(
+        "memcpy {:>10}            {:8.2} Gbit/s   (this machine's copy ceiling)",
+        human(size),
+        copy.gbit_per_s()
+    );
+    let big = bench::write_throughput(&pair, size, 16, 1, duration).map_err(fail)?;
+    println!(
+        "RDMA WRITE {:>6} x16 in flight {:8.2} Gbit/s goodput ({} messages in {:.2?})",
+        human(size),
+        big.gbit_per_s(),
+        big.messages,
+        big.elapsed
+    );
+    let small = bench::write_throughput(&pair, 64, 512, 32, duration).map_err(fail)?;
+    println!(
+        "RDMA WRITE     64 B x512 in flight {:8.3} M messages/s",
+        small.messages_per_s() / 1e6
+    );
+    let lat = bench::write_latency(&pair, 64, 20_000).map_err(fail)?;
+    println!(
+        "RDMA WRITE     64 B latency        median {:.2} µs, p99 {:.2} µs, min {:.2} µs ({} samples, post to completion)",
+        us(lat.median),
+        us(lat.p99),
+        us(lat.min),
+        lat.samples
+    );
+    let c = pair.dev_a.counters();
+    if c.retransmitted_packets > 0 || c.retransmit_timeouts > 0 || c.tail_probes > 0 {
+        println!(
+            "recovery: {} packets retransmitted, {} timeouts, {} sequence NAKs, {} tail probes",
+            c.retransmitted_packets,
+            c.retransmit_timeouts,
+            c.naks_received_psn_sequence,
+            c.tail_probes
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn human(bytes: usize) -> String {
+    match bytes {
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
+        b => format!("{b} B"),
+    }
+}
