@@ -28,7 +28,10 @@ fn post(env: &Env, server: &mut Proc, nic: &str, peer: &str, op: &[&str]) -> Fin
 #[test]
 fn serve_and_post_from_two_terminals() {
     let env = Env::new("flow");
-    let (a, b) = cabled_pair(&env, 71);
+    let (mut a, mut b) = cabled_pair(&env, 71);
+    // As a person would start them: the NICs find each other's MAC by ARP.
+    a.neighbours.clear();
+    b.neighbours.clear();
     let _nic_a = env.nic(&a);
     let _nic_b = env.nic(&b);
     let region = RegionName(env.name("buf"));
