@@ -13,6 +13,8 @@ fn post(env: &Env, server: &mut Proc, nic: &str, peer: &str, op: &[&str]) -> Fin
     args.extend_from_slice(op);
     let mut post = Proc::spawn(env.roce(&args), true);
     let local = post.expect(|l| l.starts_with("local "));
+    // Its buffer is already out of /dev/shm: nothing to leave behind if it is killed.
+    assert!(!shm_exists(&format!("{nic}-post-{}", post.pid())));
     let endpoint = local.strip_prefix("local ").unwrap();
     server.say(endpoint);
     server.expect(|l| l == format!("connected to {endpoint}"));

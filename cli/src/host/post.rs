@@ -188,8 +188,8 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             args.nic, args.gid_index
         ))
     })?;
-    // Host memory must be named to be registered with a NIC process; this one lives as long
-    // as the command.
+    // Host memory must be named to be registered with a NIC process. Once the NIC has mapped
+    // it the name is removed, so nothing is left in /dev/shm however the command ends.
     let name = format!("{}-post-{}", args.nic, std::process::id());
     let region = Arc::new(
         Region::create(&name, op.local_len().max(8)).map_err(|e| Failure::new(e.to_string()))?,
@@ -207,6 +207,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     let mr = pd
         .register(&region, 0, region.len(), Access::LOCAL_WRITE)
         .map_err(verbs_failure)?;
+    let _ = Region::remove(&name);
     let psn = random_psn();
     say!(
         "local {}",

@@ -32,6 +32,11 @@ pub fn connect(nic: &str) -> Result<Context, VerbsError> {
 }
 
 /// A connection to a NIC process. Several contexts may be opened on one connection.
+///
+/// One control request is in flight per connection: calls from several threads take turns, so a
+/// call that waits inside the NIC (a TCP accept without a timeout) holds the others back. Open
+/// another connection for work that must go on meanwhile. Posting and polling never wait for
+/// the connection.
 pub struct SocketBackend {
     nic: String,
     stream: Mutex<UnixStream>,
