@@ -134,7 +134,8 @@ impl Server {
     }
 
     /// Stops accepting, ends every connection (their hosts' next verb fails with "the NIC has
-    /// stopped") and removes the socket file.
+    /// stopped") and removes the socket file. A request the engine has not answered yet (a TCP
+    /// accept without a timeout) is waited for: stop the device first, as `roce nic` does.
     pub fn stop(mut self) {
         self.shutdown();
     }
