@@ -125,6 +125,15 @@ impl Region {
         Ok(())
     }
 
+    /// Reads the byte at `offset` as a CPU polls memory that a device writes: a volatile load
+    /// each call, so a loop waiting for the NIC's DMA (perftest's `ib_write_lat` spins on the
+    /// last byte of its buffer) sees every new value instead of one the compiler kept.
+    pub fn poll_byte(&self, offset: usize) -> Result<u8, RegionError> {
+        let at = self.span(offset, 1)?;
+        // SAFETY: `span` checked that the byte lies inside the mapping.
+        Ok(unsafe { ptr::read_volatile(at) })
+    }
+
     fn span(&self, offset: usize, len: usize) -> Result<*mut u8, RegionError> {
         match offset.checked_add(len) {
             // SAFETY: offset <= end <= len, so the pointer stays inside the mapping.

@@ -285,3 +285,27 @@ fn one_region_can_be_used_from_several_threads() {
     region.read(100, &mut seen).unwrap();
     assert_eq!(&seen, b"other thread");
 }
+
+#[test]
+fn a_poll_sees_what_another_mapping_writes_while_it_spins() {
+    let name = unique("poll");
+    let owner = Region::create(&name, 4096).unwrap();
+    let device = Region::attach(&name).unwrap();
+    let writer = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        device.write(4095, &[7]).unwrap();
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while owner.poll_byte(4095).unwrap() != 7 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the write was never seen"
+        );
+        std::hint::spin_loop();
+    }
+    writer.join().unwrap();
+    assert!(matches!(
+        owner.poll_byte(4096),
+        Err(RegionError::OutOfBounds { .. })
+    ));
+}
