@@ -372,31 +372,33 @@ fn go_back(qp: &mut Qp, ctx: &mut Ctx<'_>, from: u32, why: &str) {
     }
 }
 
-/// Completes the head request with `status` and retires it.
+/// Retires the head request and completes it with `status`. The ring slot goes back to the
+/// host before the completion is written: a host that sees the completion may post at once
+/// (as verbs promise), and must find the slot free.
 pub fn complete_head(qp: &mut Qp, ctx: &mut Ctx<'_>, status: WcStatus) {
     let head = qp.sq.entry(qp.sq.head);
     if head.rd_counted {
         qp.send.rd_outstanding = qp.send.rd_outstanding.saturating_sub(1);
     }
-    if head.wqe.signaled() || status != WcStatus::Success || qp.sq_sig_all {
-        let wc = Wc {
-            wr_id: head.wqe.wr_id,
-            status,
-            opcode: head.wqe.op.wc_opcode(),
-            byte_len: if status == WcStatus::Success {
-                head.wqe.length as u32
-            } else {
-                0
-            },
-            imm_data: 0,
-            qp_num: qp.qpn,
-            src_qp: 0,
-            wc_flags: 0,
-        };
-        ctx.cqs.complete(qp.send_cq, &wc, ctx.counters);
-    }
+    let wc = (head.wqe.signaled() || status != WcStatus::Success || qp.sq_sig_all).then(|| Wc {
+        wr_id: head.wqe.wr_id,
+        status,
+        opcode: head.wqe.op.wc_opcode(),
+        byte_len: if status == WcStatus::Success {
+            head.wqe.length as u32
+        } else {
+            0
+        },
+        imm_data: 0,
+        qp_num: qp.qpn,
+        src_qp: 0,
+        wc_flags: 0,
+    });
     trace!(qpn = qp.qpn, wr_id = head.wqe.wr_id, %status, "send request completed");
     qp.sq.retire_head();
+    if let Some(wc) = wc {
+        ctx.cqs.complete(qp.send_cq, &wc, ctx.counters);
+    }
     // Everything the retired request used is acknowledged: `una` moves to the next request's
     // first PSN, or past everything sent when none was sent.
     let next = match qp.sq.is_empty() {
