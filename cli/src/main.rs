@@ -6,6 +6,7 @@ mod output;
 
 mod bench;
 mod decode;
+mod device;
 mod failure;
 mod host;
 mod mem;
