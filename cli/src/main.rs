@@ -4,6 +4,7 @@
 #[macro_use]
 mod output;
 
+mod attach;
 mod bench;
 mod decode;
 mod device;
@@ -11,6 +12,8 @@ mod failure;
 mod host;
 mod mem;
 mod nic;
+mod perftest;
+mod pingpong;
 mod signals;
 
 use std::process::ExitCode;
@@ -42,6 +45,10 @@ enum Command {
     Mem(mem::Command),
     /// Run one emulated RNIC as a process until Ctrl-C or SIGTERM.
     Nic(nic::Args),
+    /// Speak rdma-core's ibv_{rc,uc,ud,srq}_pingpong with a peer (a real one, or another roce).
+    Pingpong(pingpong::Args),
+    /// Speak perftest's ib_{write,read,send}_{bw,lat} and ib_atomic_bw with a peer.
+    Perftest(perftest::Args),
     /// Use a running NIC from the shell: serve a region, post RDMA work, show the NIC.
     #[command(subcommand)]
     Host(host::Command),
@@ -62,6 +69,8 @@ fn main() -> ExitCode {
         Command::Decode(args) => decode::run(args),
         Command::Mem(cmd) => mem::run(cmd),
         Command::Nic(args) => nic::run(args),
+        Command::Pingpong(args) => pingpong::run(args),
+        Command::Perftest(args) => perftest::run(args),
         Command::Host(cmd) => host::run(cmd),
     };
     match result {

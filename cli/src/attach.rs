@@ -1,0 +1,89 @@
+//! Where `roce pingpong` and `roce perftest` get their NIC: a running `roce nic` process
+//! (`--nic NAME`), or an emulated NIC of their own in this process (`--link ... --ip ...`),
+//! which lives exactly as long as the tool runs.
+
+use std::path::PathBuf;
+
+use roce_nic::verbs::Context;
+use roce_nic::Device;
+use roce_tools::ToolError;
+
+use crate::device::{self, DeviceWords};
+use crate::Failure;
+
+#[derive(clap::Args)]
+pub struct NicArgs {
+    /// Use the running NIC of this name (see `roce nic`).
+    #[arg(long, value_name = "NAME", required_unless_present = "link")]
+    nic: Option<String>,
+    /// Run a NIC of its own on this wire instead: `cable:LOCAL_UDP_ADDR,REMOTE_UDP_ADDR` (QEMU's
+    /// -netdev dgram format) or `iface:IFNAME`.
+    #[arg(long, conflicts_with = "nic", requires = "ip")]
+    link: Option<String>,
+    /// That NIC's IP address, optionally with its prefix length.
+    #[arg(long, value_name = "ADDR[/PREFIX]", requires = "link")]
+    ip: Option<String>,
+    /// That NIC's MAC address (default: 02:00 followed by the last four bytes of the IP).
+    #[arg(long, requires = "link")]
+    mac: Option<String>,
+    /// That NIC's link MTU (1500 carries path MTU 1024, 4200 carries 4096).
+    #[arg(long, value_name = "N", default_value_t = 4200)]
+    link_mtu: u32,
+    /// Record every frame that NIC sends and receives to this pcap file.
+    #[arg(long, value_name = "FILE", requires = "link")]
+    pcap: Option<PathBuf>,
+    /// Inject faults on that NIC's link, e.g. drop=0.02,reorder=0.02,seed=7.
+    #[arg(long, value_name = "SPEC", requires = "link")]
+    faults: Option<String>,
+    /// A peer's MAC address, for peers that do not answer ARP: IP=MAC (repeatable).
+    #[arg(long = "neigh", value_name = "IP=MAC", requires = "link")]
+    neighbours: Vec<String>,
+    /// That NIC follows Soft-RoCE where it departs from the spec (retry_cnt 7 is for ever).
+    #[arg(long, requires = "link")]
+    rxe_compat: bool,
+}
+
+/// An opened NIC. The context goes before the device it may belong to.
+pub struct Nic {
+    pub ctx: Context,
+    _device: Option<Device>,
+}
+
+impl NicArgs {
+    pub fn open(&self, tool: &str) -> Result<Nic, Failure> {
+        let (Some(link), Some(ip)) = (&self.link, &self.ip) else {
+            let name = self.nic.as_deref().unwrap_or_default();
+            let ctx = roce_nic::host::connect(name).map_err(|e| Failure::new(e.to_string()))?;
+            return Ok(Nic { ctx, _device: None });
+        };
+        let name = format!("{tool}-{}", std::process::id());
+        let config = device::config(&DeviceWords {
+            name: &name,
+            ip,
+            mac: self.mac.as_deref(),
+            mtu: self.link_mtu,
+            neighbours: &self.neighbours,
+            rxe_compat: self.rxe_compat,
+        })?;
+        let spec = device::parse_link(link)?;
+        let faults = device::parse_faults(self.faults.as_deref())?;
+        let (link, _) = device::open(&spec, link, faults, self.pcap.as_deref())?;
+        let device = Device::start(config, link)
+            .map_err(|e| Failure::new(format!("cannot start the NIC: {e}")))?;
+        let ctx = device
+            .open()
+            .map_err(|e| Failure::new(format!("cannot open the NIC: {e}")))?;
+        Ok(Nic {
+            ctx,
+            _device: Some(device),
+        })
+    }
+}
+
+/// A tool's failure as the command's: bad options are usage errors.
+pub fn failure(e: ToolError) -> Failure {
+    match e {
+        ToolError::Usage(m) => Failure::usage(m),
+        e => Failure::new(e.to_string()),
+    }
+}

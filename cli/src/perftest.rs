@@ -1,0 +1,134 @@
+//! `roce perftest`: perftest's ib_{write,read,send}_{bw,lat} and ib_atomic_bw over RC, to run
+//! against the real ones (or against itself). The options are a subset of perftest's own.
+
+use std::net::IpAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use roce_nic::verbs::Mtu;
+use roce_tools::perftest::{self, AtomicOp, Options, Test};
+use roce_tools::{Limits, Role};
+
+use crate::attach::{failure, NicArgs};
+use crate::Failure;
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Program {
+    #[value(name = "write_bw")]
+    WriteBw,
+    #[value(name = "write_lat")]
+    WriteLat,
+    #[value(name = "read_bw")]
+    ReadBw,
+    #[value(name = "read_lat")]
+    ReadLat,
+    #[value(name = "send_bw")]
+    SendBw,
+    #[value(name = "send_lat")]
+    SendLat,
+    #[value(name = "atomic_bw")]
+    AtomicBw,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Atomic {
+    #[value(name = "FETCH_AND_ADD")]
+    FetchAndAdd,
+    #[value(name = "CMP_AND_SWAP")]
+    CmpAndSwap,
+}
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Which test (the real program is ib_<TEST>).
+    #[arg(value_enum)]
+    test: Program,
+    /// The server's IP address; without it, this side is the server.
+    server: Option<IpAddr>,
+    /// Bytes per message [default: bw 65536, lat 2, atomic 8].
+    #[arg(short, long)]
+    size: Option<u64>,
+    /// Messages [default: write_bw 5000, others 1000].
+    #[arg(short = 'n', long)]
+    iters: Option<u64>,
+    /// Requests in flight at once [default: bw 128, lat 1].
+    #[arg(short = 't', long = "tx-depth")]
+    tx_depth: Option<u32>,
+    /// Receives posted in the SEND tests.
+    #[arg(short = 'r', long = "rx-depth", default_value_t = 512)]
+    rx_depth: u32,
+    /// Path MTU offered: 256 ... 4096 [default: the NIC's largest; both sides take the smaller].
+    #[arg(short, long)]
+    mtu: Option<u32>,
+    /// GID index (1 is the NIC's IPv4 address).
+    #[arg(short = 'x', long = "gid-index", default_value_t = 1)]
+    gid_index: u8,
+    /// TCP port of the exchange.
+    #[arg(short, long, default_value_t = 18515)]
+    port: u16,
+    /// QP timeout: retransmit after 4.096 µs × 2^N.
+    #[arg(short = 'u', long = "qp-timeout", default_value_t = 14)]
+    qp_timeout: u8,
+    /// The atomic operation of atomic_bw.
+    #[arg(
+        short = 'A',
+        long = "atomic_type",
+        value_enum,
+        default_value = "FETCH_AND_ADD"
+    )]
+    atomic: Atomic,
+    /// Seconds any one step may wait (the client, a message, a completion).
+    #[arg(long, default_value_t = 60, value_name = "SECONDS")]
+    timeout: u64,
+    /// Seconds a client keeps trying while the server is not listening yet.
+    #[arg(long, default_value_t = 0, value_name = "SECONDS")]
+    connect_retry: u64,
+    #[command(flatten)]
+    nic: NicArgs,
+}
+
+pub fn run(args: Args) -> Result<ExitCode, Failure> {
+    let test = match args.test {
+        Program::WriteBw => Test::WriteBw,
+        Program::WriteLat => Test::WriteLat,
+        Program::ReadBw => Test::ReadBw,
+        Program::ReadLat => Test::ReadLat,
+        Program::SendBw => Test::SendBw,
+        Program::SendLat => Test::SendLat,
+        Program::AtomicBw => Test::AtomicBw,
+    };
+    let mtu = args
+        .mtu
+        .map(|bytes| {
+            Mtu::from_bytes(bytes).ok_or_else(|| {
+                Failure::usage(format!(
+                    "--mtu {bytes} is not a path MTU: use 256, 512, 1024, 2048 or 4096"
+                ))
+            })
+        })
+        .transpose()?;
+    let defaults = Options::new(test);
+    let opts = Options {
+        atomic: match args.atomic {
+            Atomic::FetchAndAdd => AtomicOp::FetchAndAdd,
+            Atomic::CmpAndSwap => AtomicOp::CmpAndSwap,
+        },
+        size: args.size.unwrap_or(defaults.size),
+        iters: args.iters.unwrap_or(defaults.iters),
+        tx_depth: args.tx_depth.unwrap_or(defaults.tx_depth),
+        rx_depth: args.rx_depth,
+        mtu,
+        gid_index: args.gid_index,
+        port: args.port,
+        qp_timeout: args.qp_timeout,
+        limits: Limits {
+            step: Duration::from_secs(args.timeout),
+            connect_retry: Duration::from_secs(args.connect_retry),
+        },
+        ..defaults
+    };
+    let role = args.server.map_or(Role::Server, Role::Client);
+    let nic = args.nic.open("perftest")?;
+    perftest::run(&nic.ctx, &opts, role, &mut std::io::stdout()).map_err(failure)?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,101 @@
+//! `roce pingpong`: rdma-core's ibv_{rc,uc,ud,srq}_pingpong, to run against the real ones (or
+//! against itself). The options are the real tools' own.
+
+use std::net::IpAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use roce_nic::verbs::Mtu;
+use roce_tools::pingpong::{self, Options, Transport};
+use roce_tools::{Limits, Role};
+
+use crate::attach::{failure, NicArgs};
+use crate::Failure;
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Program {
+    /// ibv_rc_pingpong: reliable connection.
+    Rc,
+    /// ibv_uc_pingpong: unreliable connection (a lost packet loses its message, and the run).
+    Uc,
+    /// ibv_ud_pingpong: datagrams of at most one MTU.
+    Ud,
+    /// ibv_srq_pingpong: -q RC QPs at once.
+    Srq,
+}
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Which pingpong to speak.
+    #[arg(value_enum)]
+    program: Program,
+    /// The server's IP address; without it, this side is the server.
+    server: Option<IpAddr>,
+    /// Bytes per message [default: 4096, ud: 1024].
+    #[arg(short, long)]
+    size: Option<u32>,
+    /// Round trips (over all QPs for srq).
+    #[arg(short = 'n', long, default_value_t = 1000)]
+    iters: u32,
+    /// Path MTU: 256, 512, 1024, 2048 or 4096 (not used by ud).
+    #[arg(short, long, default_value_t = 1024)]
+    mtu: u32,
+    /// GID index to send from (1 is the NIC's IPv4 address).
+    #[arg(short, long = "gid-idx", default_value_t = 1)]
+    gid_idx: u8,
+    /// TCP port of the address exchange.
+    #[arg(short, long, default_value_t = 18515)]
+    port: u16,
+    /// Receives to keep posted.
+    #[arg(short, long = "rx-depth", default_value_t = 500)]
+    rx_depth: u32,
+    /// QPs of srq.
+    #[arg(short = 'q', long = "num-qp", default_value_t = 16)]
+    num_qp: u32,
+    /// Mark the first byte of each page, as the real client does with --chk (give it to both).
+    #[arg(short = 'c', long = "chk")]
+    check: bool,
+    /// Seconds any one step may wait (the client, a message, a completion).
+    #[arg(long, default_value_t = 60, value_name = "SECONDS")]
+    timeout: u64,
+    /// Seconds a client keeps trying while the server is not listening yet.
+    #[arg(long, default_value_t = 0, value_name = "SECONDS")]
+    connect_retry: u64,
+    #[command(flatten)]
+    nic: NicArgs,
+}
+
+pub fn run(args: Args) -> Result<ExitCode, Failure> {
+    let transport = match args.program {
+        Program::Rc => Transport::Rc,
+        Program::Uc => Transport::Uc,
+        Program::Ud => Transport::Ud,
+        Program::Srq => Transport::Srq,
+    };
+    let mtu = Mtu::from_bytes(args.mtu).ok_or_else(|| {
+        Failure::usage(format!(
+            "--mtu {} is not a path MTU: use 256, 512, 1024, 2048 or 4096",
+            args.mtu
+        ))
+    })?;
+    let defaults = Options::new(transport);
+    let opts = Options {
+        size: args.size.unwrap_or(defaults.size),
+        iters: args.iters,
+        mtu,
+        gid_index: args.gid_idx,
+        port: args.port,
+        rx_depth: args.rx_depth,
+        num_qp: args.num_qp,
+        check: args.check,
+        limits: Limits {
+            step: Duration::from_secs(args.timeout),
+            connect_retry: Duration::from_secs(args.connect_retry),
+        },
+        ..defaults
+    };
+    let role = args.server.map_or(Role::Server, Role::Client);
+    let nic = args.nic.open("pingpong")?;
+    pingpong::run(&nic.ctx, &opts, role, &mut std::io::stdout()).map_err(failure)?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,272 @@
+//! The latency tests' data phase, one message at a time:
+//!
+//! - `ib_write_lat`: both sides RDMA WRITE `-s` bytes into each other's buffer in turn, the
+//!   iteration number (modulo 256) in the last byte, and spin on their own buffer's last byte
+//!   for the peer's next number. The server writes first.
+//! - `ib_send_lat`: the same with SENDs into posted receives; the client sends first.
+//! - `ib_read_lat`: the client READs, waits for the data, READs again; the server does nothing.
+
+use std::time::{Duration, Instant};
+
+use roce_nic::verbs::{RecvWr, SendFlags, SendOp, SendWr};
+
+use super::bw::landing_places;
+use super::messages::QpRecord;
+use super::report::LatStats;
+use super::resources::Resources;
+use super::verify::{ReadCheck, SendCheck, FILL};
+use super::Options;
+use crate::memory::{completions, no_completion, Buffer};
+use crate::ToolError;
+
+/// Polls of the buffer before the spinning side starts sleeping between polls: under a
+/// loaded machine (a TCG guest on two cores) a spinning thread would starve the NIC and the
+/// guest it waits for.
+const SPINS: u32 = 200;
+const NAP: Duration = Duration::from_micros(20);
+
+/// Posts one signaled request and waits for its completion.
+fn post_and_wait(res: &Resources, opts: &Options, wr: SendWr<'_>) -> Result<(), ToolError> {
+    res.qp.post_send(&[wr])?;
+    let mut wc = [no_completion()];
+    completions(&res.send_cq, &mut wc, opts.limits.step, "request")?;
+    Ok(())
+}
+
+pub struct WriteLat<'a> {
+    res: &'a Resources,
+    opts: &'a Options,
+    theirs: QpRecord,
+    server: bool,
+    checked: u64,
+}
+
+impl<'a> WriteLat<'a> {
+    pub fn new(res: &'a Resources, opts: &'a Options, theirs: &QpRecord, server: bool) -> Self {
+        WriteLat {
+            res,
+            opts,
+            theirs: *theirs,
+            server,
+            checked: 0,
+        }
+    }
+
+    pub fn run(&mut self) -> Result<LatStats, ToolError> {
+        let iters = self.opts.iters;
+        let size = self.opts.size as usize;
+        let (mut sent, mut received) = (0u64, 0u64);
+        let mut posted_at = Vec::with_capacity(iters as usize);
+        while sent < iters || received < iters {
+            // The server writes first; the client waits for it.
+            if received < iters && !(sent == 0 && self.server) {
+                received += 1;
+                self.wait_for(received)?;
+            }
+            if sent < iters {
+                posted_at.push(Instant::now());
+                sent += 1;
+                self.res.area.write(size - 1, &[sent as u8]);
+                let sge = [self.res.area.sge(0, size as u32)];
+                let wr = SendWr {
+                    wr_id: sent,
+                    op: SendOp::RdmaWrite {
+                        remote_addr: self.theirs.vaddr,
+                        rkey: self.theirs.rkey,
+                    },
+                    sg_list: &sge,
+                    flags: SendFlags::SIGNALED,
+                    ud: None,
+                };
+                post_and_wait(self.res, self.opts, wr)?;
+            }
+        }
+        Ok(LatStats::from_posts(self.opts.size, &posted_at, true))
+    }
+
+    /// Spins until the peer's WRITE number `n` has landed, then checks its zeros.
+    fn wait_for(&mut self, n: u64) -> Result<(), ToolError> {
+        let size = self.opts.size as usize;
+        let base = self.res.layout.peer_half() as usize;
+        let deadline = Instant::now() + self.opts.limits.step;
+        let mut spins = 0;
+        while self.res.area.poll_byte(base + size - 1) != n as u8 {
+            spins += 1;
+            if spins > SPINS {
+                if Instant::now() > deadline {
+                    return Err(ToolError::timeout(
+                        format!("RDMA WRITE number {n} from the peer"),
+                        self.opts.limits.step,
+                    ));
+                }
+                std::thread::sleep(NAP);
+            }
+        }
+        let body = self.res.area.read(base, size - 1);
+        if let Some(at) = body.iter().position(|b| *b != 0) {
+            return Err(ToolError::Data(format!(
+                "byte {at} of RDMA WRITE {n} is {:#04x}; ib_write_lat writes zeros",
+                body[at]
+            )));
+        }
+        self.checked += 1;
+        Ok(())
+    }
+
+    pub fn verified(&self) -> String {
+        format!(
+            "each of the {} RDMA WRITEs from the peer held {} zero byte(s) and its number in the last byte",
+            self.checked,
+            self.opts.size - 1
+        )
+    }
+}
+
+pub struct SendLat<'a> {
+    res: &'a Resources,
+    opts: &'a Options,
+    server: bool,
+    landing: Buffer,
+    places: u64,
+    posted: u64,
+    check: SendCheck,
+}
+
+impl<'a> SendLat<'a> {
+    /// Posts the receives (before the last round, after which the peer may send).
+    pub fn new(
+        res: &'a Resources,
+        opts: &'a Options,
+        server: bool,
+        receives: u32,
+    ) -> Result<SendLat<'a>, ToolError> {
+        let places = landing_places(u64::from(receives), opts.size);
+        let mut lat = SendLat {
+            res,
+            opts,
+            server,
+            landing: res.landing((places * opts.size) as usize)?,
+            places,
+            posted: 0,
+            // Every message comes from the start of the sender's buffer.
+            check: SendCheck::new(opts.size as usize, 1),
+        };
+        for _ in 0..places.min(opts.iters) {
+            lat.post_recv()?;
+        }
+        Ok(lat)
+    }
+
+    fn post_recv(&mut self) -> Result<(), ToolError> {
+        let at = ((self.posted % self.places) * self.opts.size) as usize;
+        self.landing.fill(at, self.opts.size as usize, FILL);
+        let sge = [self.landing.sge(at, self.opts.size as u32)];
+        self.res.qp.post_recv(&[RecvWr {
+            wr_id: self.posted,
+            sg_list: &sge,
+        }])?;
+        self.posted += 1;
+        Ok(())
+    }
+
+    pub fn run(&mut self) -> Result<LatStats, ToolError> {
+        let iters = self.opts.iters;
+        let size = self.opts.size as usize;
+        let (mut sent, mut received) = (0u64, 0u64);
+        let mut posted_at = Vec::with_capacity(iters as usize);
+        let mut wc = [no_completion()];
+        while sent < iters || received < iters {
+            // The client sends first; the server waits for it.
+            if received < iters && (self.server || sent > 0) {
+                completions(
+                    &self.res.recv_cq,
+                    &mut wc,
+                    self.opts.limits.step,
+                    "SEND from the peer",
+                )?;
+                let at = ((wc[0].wr_id % self.places) * self.opts.size) as usize;
+                self.check
+                    .check(wc[0].byte_len, &self.landing.read(at, size))?;
+                received += 1;
+                if self.posted < iters {
+                    self.post_recv()?;
+                }
+            }
+            if sent < iters {
+                posted_at.push(Instant::now());
+                sent += 1;
+                let sge = [self.res.area.sge(0, size as u32)];
+                let wr = SendWr {
+                    wr_id: sent,
+                    op: SendOp::Send,
+                    sg_list: &sge,
+                    flags: SendFlags::SIGNALED,
+                    ud: None,
+                };
+                post_and_wait(self.res, self.opts, wr)?;
+            }
+        }
+        Ok(LatStats::from_posts(self.opts.size, &posted_at, true))
+    }
+
+    pub fn verified(&self) -> String {
+        format!(
+            "{} messages of {} bytes arrived, all alike (ib_send_lat sends one buffer again and again)",
+            self.check.received, self.opts.size
+        )
+    }
+}
+
+pub struct ReadLat<'a> {
+    res: &'a Resources,
+    opts: &'a Options,
+    theirs: QpRecord,
+    landing: Buffer,
+    check: ReadCheck,
+}
+
+impl<'a> ReadLat<'a> {
+    pub fn new(
+        res: &'a Resources,
+        opts: &'a Options,
+        theirs: &QpRecord,
+    ) -> Result<ReadLat<'a>, ToolError> {
+        Ok(ReadLat {
+            res,
+            opts,
+            theirs: *theirs,
+            landing: res.landing(opts.size as usize)?,
+            check: ReadCheck::default(),
+        })
+    }
+
+    pub fn run(&mut self) -> Result<LatStats, ToolError> {
+        let size = self.opts.size as usize;
+        let mut posted_at = Vec::with_capacity(self.opts.iters as usize);
+        for n in 0..self.opts.iters {
+            self.landing.fill(0, size, FILL);
+            let sge = [self.landing.sge(0, size as u32)];
+            let wr = SendWr {
+                wr_id: n,
+                op: SendOp::RdmaRead {
+                    remote_addr: self.theirs.vaddr,
+                    rkey: self.theirs.rkey,
+                },
+                sg_list: &sge,
+                flags: SendFlags::SIGNALED,
+                ud: None,
+            };
+            posted_at.push(Instant::now());
+            post_and_wait(self.res, self.opts, wr)?;
+            self.check.check(0, &self.landing.read(0, size))?;
+        }
+        Ok(LatStats::from_posts(self.opts.size, &posted_at, false))
+    }
+
+    pub fn verified(&self) -> String {
+        format!(
+            "{} RDMA READs of {} bytes brought the same bytes every time",
+            self.check.reads, self.opts.size
+        )
+    }
+}

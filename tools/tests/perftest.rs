@@ -1,0 +1,133 @@
+//! perftest against itself, between two emulated NICs on an in-process cable: every test, both
+//! roles, messages of one and of many packets, and the checks of each side.
+
+use std::time::Duration;
+
+use roce_nic::link::mem;
+use roce_nic::testbed::{devices, ip};
+use roce_nic::verbs::Mtu;
+use roce_tools::perftest::{self, AtomicOp, Measured, Options, Outcome, Test};
+use roce_tools::{Limits, Role, ToolError};
+
+fn limits() -> Limits {
+    Limits {
+        step: Duration::from_secs(10),
+        connect_retry: Duration::from_secs(10),
+    }
+}
+
+/// A server on 10.0.0.1 and a client on 10.0.0.2 with the same options.
+fn both(opts: Options) -> (Outcome, String, Outcome, String) {
+    let (la, lb) = mem::pair();
+    let (dev_a, dev_b) = devices(la, lb).unwrap();
+    let (a, b) = (dev_a.open().unwrap(), dev_b.open().unwrap());
+    let run = |ctx, role| -> Result<(Outcome, String), ToolError> {
+        let mut out = Vec::new();
+        let outcome = perftest::run(ctx, &opts, role, &mut out)?;
+        Ok((outcome, String::from_utf8(out).unwrap()))
+    };
+    let (server, client) = std::thread::scope(|s| {
+        let server = s.spawn(|| run(&a, Role::Server));
+        let client = s.spawn(|| run(&b, Role::Client(ip(1))));
+        (server.join().unwrap(), client.join().unwrap())
+    });
+    let ((server, server_out), (client, client_out)) = match (server, client) {
+        (Ok(s), Ok(c)) => (s, c),
+        (s, c) => panic!("server: {:?}\nclient: {:?}", s.err(), c.err()),
+    };
+    (server, server_out, client, client_out)
+}
+
+fn opts(test: Test, size: u64, iters: u64) -> Options {
+    Options {
+        size,
+        iters,
+        limits: limits(),
+        ..Options::new(test)
+    }
+}
+
+#[test]
+fn bandwidth_tests_both_ways() {
+    for (test, size) in [
+        (Test::WriteBw, 65536),
+        (Test::WriteBw, 100),
+        (Test::ReadBw, 10000),
+        (Test::ReadBw, 64),
+        (Test::SendBw, 5000),
+        (Test::SendBw, 2),
+    ] {
+        let (server, server_out, client, client_out) = both(opts(test, size, 300));
+        let Measured::Bw(report) = client.result else {
+            panic!("{test:?}: {client_out}")
+        };
+        assert_eq!((report.size, report.iters), (size, 300), "{client_out}");
+        assert!(
+            report.average > 0.0 && report.peak >= report.average * 0.999,
+            "{report:?}"
+        );
+        // The server of a one-sided test prints the client's report as its own.
+        if test != Test::SendBw {
+            assert_eq!(server.result, Measured::Bw(report), "{server_out}");
+        }
+        for out in [&server_out, &client_out] {
+            assert!(
+                out.contains(" #bytes     #iterations    BW peak[MB/sec]"),
+                "{out}"
+            );
+            assert!(out.contains("verified: "), "{out}");
+        }
+        println!(
+            "{test:?} {size}:\n  server: {}\n  client: {}",
+            server.verified, client.verified
+        );
+    }
+}
+
+#[test]
+fn atomic_bandwidth_with_both_operations() {
+    for atomic in [AtomicOp::FetchAndAdd, AtomicOp::CmpAndSwap] {
+        let (server, _, client, client_out) = both(Options {
+            atomic,
+            ..opts(Test::AtomicBw, 8, 200)
+        });
+        assert!(client_out.contains(atomic.name()), "{client_out}");
+        assert!(client.verified.contains("200 "), "{}", client.verified);
+        println!(
+            "{atomic:?}:\n  server: {}\n  client: {}",
+            server.verified, client.verified
+        );
+    }
+}
+
+#[test]
+fn latency_tests_both_ways() {
+    for (test, size) in [
+        (Test::WriteLat, 2),
+        (Test::WriteLat, 9000),
+        (Test::SendLat, 2),
+        (Test::SendLat, 9000),
+        (Test::ReadLat, 2),
+        (Test::ReadLat, 9000),
+    ] {
+        let (server, server_out, client, client_out) = both(Options {
+            mtu: Some(Mtu::M1024),
+            ..opts(test, size, 50)
+        });
+        let Measured::Lat(stats) = &client.result else {
+            panic!("{test:?}: {client_out}")
+        };
+        assert_eq!((stats.size, stats.iters), (size, 50));
+        assert!(
+            stats.min <= stats.typical && stats.typical <= stats.max,
+            "{stats:?}"
+        );
+        if test == Test::ReadLat {
+            assert_eq!(server.result, Measured::Nothing, "{server_out}");
+        }
+        println!(
+            "{test:?} {size}:\n  server: {}\n  client: {}",
+            server.verified, client.verified
+        );
+    }
+}
