@@ -209,6 +209,16 @@ fn nic_errors_are_one_clear_line() {
     assert!(info
         .stdout
         .starts_with(&format!("nic {} mac 02-00-0a-48-00-01", a.name)));
+    assert!(!info.stdout.contains("rx_icrc_errors"), "{}", info.stdout);
+    let counters = env.run(&["host", "info", "--nic", &a.name, "--counters"]);
+    assert!(counters.status.success(), "{}", counters.stderr);
+    for line in ["rx_icrc_errors 0", "cq_overflows 0"] {
+        assert!(
+            counters.stdout.lines().any(|l| l == line),
+            "{}",
+            counters.stdout
+        );
+    }
 }
 
 /// `roce nic ARGS` without the capabilities for raw sockets and low ports (this test runs as

@@ -9,6 +9,10 @@ pub struct Args {
     /// The NIC's name (as given to `roce nic --name`).
     #[arg(long)]
     nic: String,
+    /// Also print the NIC's counters, one `name value` line each (frames, drops by reason,
+    /// NAKs, retransmissions, bytes moved).
+    #[arg(long)]
+    counters: bool,
 }
 
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
@@ -26,5 +30,11 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         d.max_cqe,
         d.max_qp_rd_atom
     );
+    if args.counters {
+        let counters = ctx.counters().map_err(super::verbs_failure)?;
+        for (name, _, value) in counters.iter() {
+            say!("{name} {value}");
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
