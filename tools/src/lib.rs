@@ -22,6 +22,13 @@ pub mod pingpong;
 pub use error::ToolError;
 pub use oob::{Limits, Role};
 
+/// How long a run keeps its QPs after its last message when nothing follows on TCP (the
+/// pingpongs, `ib_write_lat`). The peer's last message is complete for the peer only once our
+/// ACK arrives; if that ACK is lost, the peer sends the message again (about 70 ms later for
+/// rxe and these tools' timeout of 14) and must find our QP still there to answer — a peer
+/// whose QP is gone never answers, and rxe retries for ever.
+pub const LINGER: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// A random 24-bit first PSN, as the real tools draw one with `lrand48()`: fresh for every QP,
 /// so that a restarted run never meets packets of an earlier one.
 fn random_psn() -> u32 {

@@ -81,6 +81,7 @@ impl<'a> WriteLat<'a> {
                 post_and_wait(self.res, self.opts, wr)?;
             }
         }
+        std::thread::sleep(crate::LINGER);
         Ok(LatStats::from_posts(self.opts.size, &posted_at, true))
     }
 

@@ -1,7 +1,8 @@
 //! The ping-pong itself, on the real tools' schedule: each QP has at most one SEND and one
 //! receive pending; the client starts by sending on every QP; a QP sends again once both its
 //! SEND and its receive have completed, until `iters` SENDs have completed in all; a side is
-//! done when it has both sent and received `iters` messages.
+//! done when it has both sent and received `iters` messages — and then keeps its QPs a moment
+//! ([`LINGER`](crate::LINGER)), in case its ACK of the peer's last message was lost.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -62,10 +63,12 @@ pub fn run(side: &Side, opts: &Options, role: Role) -> Result<Report, ToolError>
             }
         }
     }
+    let elapsed = start.elapsed();
+    std::thread::sleep(crate::LINGER);
     Ok(Report {
         size: opts.size,
         iters: opts.iters,
-        elapsed: start.elapsed(),
+        elapsed,
         verified: u64::from(received),
     })
 }
