@@ -75,6 +75,7 @@ impl Env {
         if let Some(pcap) = &nic.pcap {
             args.extend(["--pcap".into(), pcap.display().to_string()]);
         }
+        args.extend(nic.extra.iter().cloned());
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let mut proc = Proc::spawn(self.roce(&args), false);
         proc.expect(|l| l.starts_with(&format!("{} ready: ", nic.name)));
@@ -103,6 +104,8 @@ pub struct Nic {
     pub remote: String,
     pub neighbours: Vec<String>,
     pub pcap: Option<PathBuf>,
+    /// More arguments (`--mtu 1500`, `--faults ...`).
+    pub extra: Vec<String>,
 }
 
 /// Two NICs cabled to each other on loopback ports the kernel picked (`a` is 10.<n>.0.1,
@@ -118,6 +121,7 @@ pub fn cabled_pair(env: &Env, net: u8) -> (Nic, Nic) {
         remote: format!("127.0.0.1:{remote}"),
         neighbours: vec![format!("{}={}", ip(peer), mac(peer))],
         pcap: None,
+        extra: Vec::new(),
     };
     (nic("a", 1, 2, pa, pb), nic("b", 2, 1, pb, pa))
 }

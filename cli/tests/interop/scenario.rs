@@ -1,0 +1,172 @@
+//! One tool run with the guest on one side and `roce` on the other, and the groups of runs
+//! that share one guest boot.
+
+use super::guest::NIC_IP;
+
+/// Which pair of programs a scenario runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `ibv_<name>_pingpong` against `roce pingpong <name>`.
+    Pingpong(&'static str),
+    /// `ib_<name>` against `roce perftest <name>`.
+    Perftest(&'static str),
+}
+
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    pub kind: Kind,
+    /// Options both programs take alike (`-s`, `-n`, `-m`, `-c`, `-q`, `-A`).
+    pub args: Vec<String>,
+    /// Whether the guest is the server (and `roce` the client).
+    pub guest_serves: bool,
+}
+
+/// The longest a guest tool may run before the guest's script kills it.
+pub const GUEST_TOOL_LIMIT_S: u32 = 120;
+
+impl Scenario {
+    pub fn new(kind: Kind, args: &str, guest_serves: bool) -> Scenario {
+        Scenario {
+            kind,
+            args: args.split_whitespace().map(str::to_owned).collect(),
+            guest_serves,
+        }
+    }
+
+    /// Both directions of the same run.
+    pub fn both_ways(kind: Kind, args: &str) -> [Scenario; 2] {
+        [
+            Scenario::new(kind, args, true),
+            Scenario::new(kind, args, false),
+        ]
+    }
+
+    pub fn program(&self) -> String {
+        match self.kind {
+            Kind::Pingpong(name) => format!("ibv_{name}_pingpong"),
+            Kind::Perftest(name) => format!("ib_{name}"),
+        }
+    }
+
+    pub fn name(&self) -> String {
+        format!(
+            "{} {} ({} serves)",
+            self.program(),
+            self.args.join(" "),
+            if self.guest_serves { "guest" } else { "roce" }
+        )
+    }
+
+    /// The guest's command line: the tool on GID index 1, and as a client the retry wrapper
+    /// of the guest script (a refused connection exchanged nothing, so trying again is safe).
+    pub fn guest_command(&self, port: u16) -> String {
+        let gid = match self.kind {
+            Kind::Pingpong(_) => "-g 1",
+            // perftest wants -F in a VM: it cannot read a CPU frequency there.
+            Kind::Perftest(_) => "-x 1 -F",
+        };
+        let tool = format!(
+            "timeout {GUEST_TOOL_LIMIT_S} {} {gid} -p {port} {}",
+            self.program(),
+            self.args.join(" ")
+        );
+        if self.guest_serves {
+            tool
+        } else {
+            format!("client {tool} {NIC_IP}")
+        }
+    }
+
+    /// `roce` arguments for our side (without the NIC or the limits).
+    pub fn our_args(&self, port: u16) -> Vec<String> {
+        let mut args: Vec<String> = match self.kind {
+            Kind::Pingpong(name) => vec!["pingpong".into(), name.into()],
+            Kind::Perftest(name) => vec!["perftest".into(), name.into()],
+        };
+        args.extend(["-p".into(), port.to_string()]);
+        args.extend(self.args.iter().cloned());
+        if self.guest_serves {
+            args.push(super::guest::GUEST_IP.into());
+        }
+        args
+    }
+
+    /// RoCE frames of ours rxe may rightly never count: ibv_srq_pingpong stops with up to one
+    /// message per QP still in flight, so the last ACKs (or SENDs) between the two sides can
+    /// reach QPs that no longer exist, which rxe drops before counting.
+    pub fn uncounted_frames_allowed(&self) -> u64 {
+        match self.kind {
+            Kind::Pingpong("srq") => self
+                .args
+                .windows(2)
+                .find(|w| w[0] == "-q")
+                .and_then(|w| w[1].parse().ok())
+                .unwrap_or(16),
+            _ => 0,
+        }
+    }
+
+    /// What the guest must have printed on success: pingpong's `N iters in` line, or
+    /// perftest's result table (except where perftest prints none: the server of the READ
+    /// latency test).
+    pub fn guest_success_text(&self) -> Option<String> {
+        match self.kind {
+            Kind::Pingpong(_) => {
+                let iters = self
+                    .args
+                    .windows(2)
+                    .find(|w| w[0] == "-n")
+                    .map_or("1000", |w| w[1].as_str());
+                Some(format!("{iters} iters in"))
+            }
+            Kind::Perftest("read_lat") if self.guest_serves => None,
+            Kind::Perftest(_) => Some(" #bytes ".into()),
+        }
+    }
+}
+
+/// Runs that share one guest boot (and one NIC of ours).
+pub struct Group {
+    pub name: &'static str,
+    /// The link MTU of both sides: 1500 gives path MTU 1024, 4200 gives 4096.
+    pub link_mtu: u32,
+    /// Faults our NIC's link injects (both directions).
+    pub faults: Option<&'static str>,
+    pub scenarios: Vec<Scenario>,
+}
+
+impl Group {
+    /// The guest's script: each scenario between markers the test reads back.
+    pub fn guest_script(&self, first_port: u16) -> String {
+        let mut script = String::from(GUEST_PRELUDE);
+        for (n, scenario) in self.scenarios.iter().enumerate() {
+            let port = first_port + n as u16;
+            script.push_str(&format!("scenario {n} {}\n", scenario.guest_command(port)));
+        }
+        script
+    }
+}
+
+/// The guest script's helpers. `client` retries (at most 240 times, 0.5 s apart: longer than
+/// a scenario of ours may take, so that one failure does not make the next fail too) while the
+/// server is not listening yet; `scenario` frames a run's output for [`super::guest::Console`].
+const GUEST_PRELUDE: &str = r#"
+client() {
+  i=0
+  while :; do
+    "$@" >/tmp/out 2>&1
+    rc=$?
+    if [ $rc -ne 0 ] && grep -Eq "Couldn't connect|Unable to open file descriptor|Connection refused" /tmp/out && [ $i -lt 240 ]; then
+      i=$((i + 1)); sleep 0.5; continue
+    fi
+    cat /tmp/out
+    return $rc
+  done
+}
+scenario() {
+  n=$1; shift
+  echo "SCENARIO-BEGIN $n"
+  "$@" 2>&1
+  echo "SCENARIO-END $n rc=$?"
+}
+"#;
