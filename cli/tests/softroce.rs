@@ -15,6 +15,9 @@
 mod interop;
 mod support;
 
+use std::collections::BTreeSet;
+
+use interop::guest::{GUEST_MAC, NIC_MAC};
 use interop::scenario::{Group, Kind, Scenario};
 use Kind::{Perftest, Pingpong};
 
@@ -30,6 +33,7 @@ fn pingpongs_at_path_mtu_1024() {
         name: "pingpong-1024",
         link_mtu: 1500,
         faults: None,
+        capture_each: false,
         scenarios: scenarios(&[
             (Pingpong("rc"), "-n 100 -s 1"),
             (Pingpong("rc"), "-n 100 -s 64"),
@@ -49,6 +53,7 @@ fn perftest_at_path_mtu_1024() {
         name: "perftest-1024",
         link_mtu: 1500,
         faults: None,
+        capture_each: false,
         scenarios: scenarios(&[
             (Perftest("write_bw"), "-s 65536 -n 200"),
             (Perftest("write_bw"), "-s 100 -n 500"),
@@ -74,6 +79,7 @@ fn path_mtu_4096() {
         name: "mtu-4096",
         link_mtu: 4200,
         faults: None,
+        capture_each: false,
         scenarios: scenarios(&[
             (Pingpong("rc"), "-n 100 -s 16384 -m 4096"),
             (Pingpong("ud"), "-n 100 -s 4096"),
@@ -119,6 +125,97 @@ fn transfers_survive_loss_and_reordering() {
         name: "faults",
         link_mtu: 1500,
         faults: Some("drop=0.02,reorder=0.02,seed=4791"),
+        capture_each: false,
         scenarios: list,
     });
+}
+
+/// Short runs, each with a NIC of its own (`roce ... --link`, the in-process mode) recording
+/// its own capture, chosen so that rxe sends every opcode these tools use. With
+/// `ROCE_REGENERATE_CAPTURES=1` they replace `captures/softroce/`, where the decoder's
+/// conformance test reads them.
+#[test]
+fn captures_of_every_opcode_rxe_sends() {
+    let list = vec![
+        Scenario::new(Pingpong("rc"), "-n 5 -s 4096", true),
+        Scenario::new(Pingpong("uc"), "-n 5 -s 4096", false),
+        Scenario::new(Pingpong("ud"), "-n 5 -s 1024", true),
+        Scenario::new(Pingpong("srq"), "-n 8 -s 1024 -q 2", false),
+        Scenario::new(Perftest("write_bw"), "-s 4096 -n 5", false),
+        Scenario::new(Perftest("write_lat"), "-s 2 -n 5", true),
+        Scenario::new(Perftest("read_bw"), "-s 4096 -n 5", false),
+        Scenario::new(Perftest("read_bw"), "-s 4096 -n 5", true),
+        Scenario::new(Perftest("read_lat"), "-s 2 -n 5", true),
+        Scenario::new(Perftest("send_bw"), "-s 4096 -n 5", false),
+        Scenario::new(Perftest("send_lat"), "-s 2 -n 5", false),
+        Scenario::new(Perftest("atomic_bw"), "-n 5 -A FETCH_AND_ADD", false),
+        Scenario::new(Perftest("atomic_bw"), "-n 5 -A CMP_AND_SWAP", false),
+        Scenario::new(Perftest("atomic_bw"), "-n 5 -A FETCH_AND_ADD", true),
+    ];
+    let captures = interop::run(&Group {
+        name: "captures",
+        link_mtu: 1500,
+        faults: None,
+        capture_each: true,
+        scenarios: list,
+    });
+    if captures.is_empty() {
+        return;
+    }
+    let mut from_rxe = BTreeSet::new();
+    for capture in &captures {
+        let wire = interop::wire::inspect(capture, NIC_MAC, GUEST_MAC);
+        assert!(
+            wire.frames < 600,
+            "{} has {} frames",
+            capture.display(),
+            wire.frames
+        );
+        from_rxe.extend(wire.theirs.keys().copied());
+    }
+    // RC SEND first/middle/last/only, WRITE first/middle/last/only, READ request and
+    // responses, ACK, atomic ACK, compare-and-swap, fetch-and-add; UC SEND first/middle/last;
+    // UD SEND only.
+    let every: BTreeSet<u8> = [
+        0x00, 0x01, 0x02, 0x04, 0x06, 0x07, 0x08, 0x0a, 0x0c, 0x0d, 0x0e, 0x0f, 0x10, 0x11, 0x12,
+        0x13, 0x14, 0x20, 0x21, 0x22, 0x64,
+    ]
+    .into();
+    let missing: Vec<&u8> = every.difference(&from_rxe).collect();
+    assert!(missing.is_empty(), "rxe sent no {missing:02x?}");
+    if interop::captures::regenerate() {
+        interop::captures::commit(&captures);
+    }
+}
+
+/// The committed captures (no guest needed): every frame rxe sent parses with a good ICRC,
+/// and each capture has its field dump beside it, one row per RoCE frame.
+#[test]
+fn committed_captures_hold_real_rxe_frames_and_their_field_dumps() {
+    let dir = interop::captures::committed_dir();
+    let mut pcaps: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "pcap"))
+        .collect();
+    pcaps.sort();
+    assert_eq!(pcaps.len(), 14, "{pcaps:?}");
+    for pcap in &pcaps {
+        let wire = interop::wire::inspect(pcap, NIC_MAC, GUEST_MAC);
+        assert!(wire.bad.is_empty(), "{}: {:?}", pcap.display(), wire.bad);
+        assert!(
+            wire.sent_by_guest() > 0,
+            "{} holds no rxe frame",
+            pcap.display()
+        );
+        let dump = std::fs::read_to_string(pcap.with_extension("fields.txt"))
+            .unwrap_or_else(|e| panic!("the field dump of {}: {e}", pcap.display()));
+        assert!(dump.starts_with("frame.number\t"), "{}", pcap.display());
+        assert_eq!(
+            dump.lines().count() as u64 - 1,
+            wire.sent_by_us() + wire.sent_by_guest(),
+            "{}: one row per RoCE frame",
+            pcap.display()
+        );
+    }
 }

@@ -1,21 +1,23 @@
-//! Running a group of scenarios: one `roce nic` on a UDP cable, one guest boot whose script
-//! runs the real tools one after the other, and `roce pingpong` / `roce perftest` facing each
-//! of them in turn through the NIC. Each scenario has its own TCP port, so a run that fails
-//! cannot confuse the next; each is bounded in time on both sides.
+//! Running a group of scenarios: one guest boot whose script runs the real tools one after
+//! the other, and `roce pingpong` / `roce perftest` facing each of them in turn — through one
+//! `roce nic` on the UDP cable, or each with a NIC of its own on it. Each scenario has its own
+//! TCP port, so a run that fails cannot confuse the next; each is bounded in time on both
+//! sides.
 
+pub mod captures;
 pub mod guest;
 pub mod scenario;
 pub mod wire;
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::support::{free_udp_port, Env, Nic, Proc};
 use guest::{Console, GUEST_MAC, NIC_IP, NIC_MAC};
-use scenario::{Group, GUEST_TOOL_LIMIT_S};
+use scenario::{Group, Scenario, GUEST_TOOL_LIMIT_S};
 
 /// One guest at a time: under TCG a guest takes a whole core.
 static ONE_GUEST: Mutex<()> = Mutex::new(());
@@ -36,110 +38,191 @@ struct Ours {
     took: Duration,
 }
 
-/// Where a group leaves its capture, guest script and console log.
+/// Where a group leaves its captures, guest script and console log.
 pub fn output_dir(group: &str) -> PathBuf {
     guest::target_dir().join("softroce-interop").join(group)
 }
 
+/// The two ends of the cable on loopback.
+struct Cable {
+    ours: String,
+    guest: String,
+}
+
 /// Runs every scenario of `group` and checks both sides of each, the guest's counters and
-/// the capture of the cable. Returns without running (after a SKIPPED line) where no guest
-/// can run.
-pub fn run(group: &Group) {
+/// the captures of the cable; returns the captures. Returns nothing, without running (after a
+/// SKIPPED line), where no guest can run.
+pub fn run(group: &Group) -> Vec<PathBuf> {
     let _one = ONE_GUEST.lock().unwrap_or_else(|e| e.into_inner());
     if !guest::ready() {
-        return;
+        return Vec::new();
     }
     let started = Instant::now();
     let dir = output_dir(group.name);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let env = Env::new(&group.name[..group.name.len().min(6)]);
-    let (ours_port, guest_port) = (free_udp_port(), free_udp_port());
-    let pcap = dir.join("nic.pcap");
-    let mut extra = vec!["--mtu".to_owned(), group.link_mtu.to_string()];
-    if let Some(faults) = group.faults {
-        extra.extend(["--faults".into(), faults.into()]);
-    }
-    let nic = Nic {
-        name: env.name("n"),
-        ip: format!("{NIC_IP}/24"),
-        local: format!("127.0.0.1:{ours_port}"),
-        remote: format!("127.0.0.1:{guest_port}"),
-        neighbours: Vec::new(),
-        pcap: Some(pcap.clone()),
-        extra,
+    let cable = Cable {
+        ours: format!("127.0.0.1:{}", free_udp_port()),
+        guest: format!("127.0.0.1:{}", free_udp_port()),
     };
-    let nic_proc = env.nic(&nic);
-    let script = dir.join("guest.sh");
-    std::fs::write(&script, group.guest_script(FIRST_PORT)).unwrap();
+    let nic = (!group.capture_each).then(|| {
+        let mut extra = vec!["--mtu".to_owned(), group.link_mtu.to_string()];
+        if let Some(faults) = group.faults {
+            extra.extend(["--faults".into(), faults.into()]);
+        }
+        let nic = Nic {
+            name: env.name("n"),
+            ip: format!("{NIC_IP}/24"),
+            local: cable.ours.clone(),
+            remote: cable.guest.clone(),
+            neighbours: Vec::new(),
+            pcap: Some(dir.join("nic.pcap")),
+            extra,
+        };
+        let proc = env.nic(&nic);
+        (nic, proc)
+    });
     let rcvbuf_before = wire::udp_receive_buffer_errors();
-    let vm_limit = GUEST_TOOL_LIMIT_S * group.scenarios.len() as u32 + 60;
-    let mut vm = Proc::spawn(
-        {
-            let mut cmd = Command::new(guest::harness());
-            cmd.args(["run", "--local", &format!("127.0.0.1:{guest_port}")])
-                .args(["--remote", &format!("127.0.0.1:{ours_port}")])
-                .args(["--mtu", &group.link_mtu.to_string()])
-                .args(["--timeout", &vm_limit.to_string()])
-                .arg("--script")
-                .arg(&script)
-                .env("CARGO_TARGET_DIR", guest::target_dir());
-            cmd
-        },
-        false,
-    );
+    let (mut vm, vm_limit) = start_guest(group, &cable, &dir);
 
-    let mut ours = Vec::new();
-    for (n, scenario) in group.scenarios.iter().enumerate() {
-        let mut args = scenario.our_args(FIRST_PORT + n as u16);
-        let step = STEP_S.to_string();
-        args.extend(["--nic".into(), nic.name.clone()]);
-        args.extend(["--timeout".into(), step.clone()]);
-        args.extend(["--connect-retry".into(), step]);
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let t0 = Instant::now();
-        let mut proc = Proc::spawn(env.roce(&args), false);
-        let status = proc.wait(OUR_LIMIT);
-        ours.push(Ours {
-            status,
-            stdout: proc.drain_stdout(),
-            stderr: proc.stderr(),
-            took: t0.elapsed(),
-        });
-    }
+    let captures: Vec<PathBuf> = match &nic {
+        Some(_) => vec![dir.join("nic.pcap")],
+        None => group
+            .scenarios
+            .iter()
+            .map(|s| dir.join(format!("{}.pcap", s.capture_name())))
+            .collect(),
+    };
+    let ours: Vec<Ours> = group
+        .scenarios
+        .iter()
+        .enumerate()
+        .map(|(n, scenario)| {
+            let mut args = scenario.our_args(FIRST_PORT + n as u16);
+            match &nic {
+                Some((nic, _)) => args.extend(["--nic".into(), nic.name.clone()]),
+                None => args.extend(own_nic_args(group, &cable, &captures[n])),
+            }
+            run_ours(&env, args)
+        })
+        .collect();
+
     vm.wait(Duration::from_secs(u64::from(vm_limit) + 30));
     let console_text = vm.drain_stdout();
     std::fs::write(dir.join("console.log"), &console_text).unwrap();
     let console = Console::new(&console_text);
-    let counters = env.run(&["host", "info", "--nic", &nic.name, "--counters"]);
-    // The NIC flushes its capture as it stops.
-    drop(nic_proc);
-    let rcvbuf_errors = wire::udp_receive_buffer_errors() - rcvbuf_before;
-    let wire = wire::inspect(&pcap, NIC_MAC, GUEST_MAC);
-
     let mut failures = Vec::new();
-    let mut table = String::new();
-    for (n, (scenario, ours)) in group.scenarios.iter().zip(&ours).enumerate() {
-        let theirs = console.scenario(n);
-        let mut problems = Vec::new();
-        if !ours.status.success() || !ours.stdout.contains("\nverified: ") {
-            problems.push(format!(
-                "roce exited with {}: {}{}",
-                ours.status,
-                ours.stdout,
-                ours.stderr.trim()
-            ));
-        }
-        if theirs.status != Some(0) {
-            problems.push(format!(
-                "the guest's tool exited with {:?}:\n{}",
-                theirs.status, theirs.output
-            ));
-        } else if let Some(text) = scenario.guest_success_text() {
-            if !theirs.output.contains(&text) {
-                problems.push(format!("the guest printed no {text:?}:\n{}", theirs.output));
+    if let Some((nic, proc)) = nic {
+        let counters = env.run(&["host", "info", "--nic", &nic.name, "--counters"]);
+        for counter in ["rx_icrc_errors", "rx_malformed"] {
+            if !counters.stdout.lines().any(|l| l == format!("{counter} 0")) {
+                failures.push(format!(
+                    "our NIC counted bad frames from rxe: {}",
+                    counters.stdout
+                ));
             }
         }
+        // The NIC flushes its capture as it stops.
+        drop(proc);
+    }
+    let rcvbuf_errors = wire::udp_receive_buffer_errors() - rcvbuf_before;
+    let table = check_scenarios(group, &ours, &console, &mut failures);
+    let wire = check_wire(group, &captures, &console, rcvbuf_errors, &mut failures);
+
+    let rxe_counters: Vec<String> = console
+        .counters()
+        .iter()
+        .filter(|(_, v)| **v > 0)
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    eprintln!(
+        "group {} (link MTU {}{}): {} scenarios in {:.1} s\n{table}  {wire}\n  rxe counters: {}",
+        group.name,
+        group.link_mtu,
+        group
+            .faults
+            .map(|f| format!(", faults {f}"))
+            .unwrap_or_default(),
+        group.scenarios.len(),
+        started.elapsed().as_secs_f64(),
+        rxe_counters.join(" ")
+    );
+    assert!(
+        failures.is_empty(),
+        "group {}: {} problem(s) (logs in {}):\n{}",
+        group.name,
+        failures.len(),
+        dir.display(),
+        failures.join("\n\n")
+    );
+    captures
+}
+
+/// Boots the guest with the group's script; returns it and its time limit in seconds.
+fn start_guest(group: &Group, cable: &Cable, dir: &Path) -> (Proc, u32) {
+    let script = dir.join("guest.sh");
+    std::fs::write(&script, group.guest_script(FIRST_PORT)).unwrap();
+    let limit = GUEST_TOOL_LIMIT_S * group.scenarios.len() as u32 + 60;
+    let mut cmd = Command::new(guest::harness());
+    cmd.args(["run", "--local", &cable.guest, "--remote", &cable.ours])
+        .args(["--mtu", &group.link_mtu.to_string()])
+        .args(["--timeout", &limit.to_string()])
+        .arg("--script")
+        .arg(&script)
+        .env("CARGO_TARGET_DIR", guest::target_dir());
+    (Proc::spawn(cmd, false), limit)
+}
+
+/// What makes one of our runs bring up a NIC of its own on the cable, recording `pcap`.
+fn own_nic_args(group: &Group, cable: &Cable, pcap: &Path) -> Vec<String> {
+    let mut args = vec![
+        "--link".to_owned(),
+        format!("cable:{},{}", cable.ours, cable.guest),
+        "--ip".into(),
+        format!("{NIC_IP}/24"),
+        "--link-mtu".into(),
+        group.link_mtu.to_string(),
+        "--pcap".into(),
+        pcap.display().to_string(),
+    ];
+    if let Some(faults) = group.faults {
+        args.extend(["--faults".into(), faults.into()]);
+    }
+    args
+}
+
+fn run_ours(env: &Env, mut args: Vec<String>) -> Ours {
+    let step = STEP_S.to_string();
+    args.extend([
+        "--timeout".into(),
+        step.clone(),
+        "--connect-retry".into(),
+        step,
+    ]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let t0 = Instant::now();
+    let mut proc = Proc::spawn(env.roce(&args), false);
+    let status = proc.wait(OUR_LIMIT);
+    Ours {
+        status,
+        stdout: proc.drain_stdout(),
+        stderr: proc.stderr(),
+        took: t0.elapsed(),
+    }
+}
+
+/// Both sides of each scenario: our exit status and `verified:` line, the guest tool's exit
+/// status and success output. Returns the table of results.
+fn check_scenarios(
+    group: &Group,
+    ours: &[Ours],
+    console: &Console,
+    failures: &mut Vec<String>,
+) -> String {
+    let mut table = String::new();
+    for (n, (scenario, ours)) in group.scenarios.iter().zip(ours).enumerate() {
+        let problems = problems_of(scenario, ours, console, n);
         let verified = ours
             .stdout
             .lines()
@@ -156,7 +239,45 @@ pub fn run(group: &Group) {
             failures.push(format!("{}:\n{}", scenario.name(), problems.join("\n")));
         }
     }
+    table
+}
 
+fn problems_of(scenario: &Scenario, ours: &Ours, console: &Console, n: usize) -> Vec<String> {
+    let mut problems = Vec::new();
+    if !ours.status.success() || !ours.stdout.contains("\nverified: ") {
+        problems.push(format!(
+            "roce exited with {}: {}{}",
+            ours.status,
+            ours.stdout,
+            ours.stderr.trim()
+        ));
+    }
+    let theirs = console.scenario(n);
+    if theirs.status != Some(0) {
+        problems.push(format!(
+            "the guest's tool exited with {:?}:\n{}",
+            theirs.status, theirs.output
+        ));
+    } else if let Some(text) = scenario.guest_success_text() {
+        if !theirs.output.contains(&text) {
+            problems.push(format!("the guest printed no {text:?}:\n{}", theirs.output));
+        }
+    }
+    problems
+}
+
+/// The frames on the cable and the guest's view of them: rxe's path MTU, a good ICRC on every
+/// frame rxe sent, and (without faults) every RoCE frame we sent counted by rxe — which counts
+/// only frames that passed its ICRC check — or dropped by the host for lack of socket buffer,
+/// or (only ibv_srq_pingpong ends with messages in flight) meant for a QP already gone.
+/// Returns a summary line.
+fn check_wire(
+    group: &Group,
+    captures: &[PathBuf],
+    console: &Console,
+    rcvbuf_errors: u64,
+    failures: &mut Vec<String>,
+) -> String {
     let want_mtu = if group.link_mtu >= 4176 { 4096 } else { 1024 };
     if console.active_mtu() != Some(want_mtu) {
         failures.push(format!(
@@ -164,25 +285,20 @@ pub fn run(group: &Group) {
             console.active_mtu()
         ));
     }
-    for counter in ["rx_icrc_errors", "rx_malformed"] {
-        let line = format!("{counter} 0");
-        if !counters.stdout.lines().any(|l| l == line) {
+    let mut all = wire::Wire::default();
+    for capture in captures {
+        let wire = wire::inspect(capture, NIC_MAC, GUEST_MAC);
+        if !wire.bad.is_empty() {
             failures.push(format!(
-                "our NIC counted bad frames from rxe: {}",
-                counters.stdout
+                "rxe sent bad frames ({}): {}",
+                capture.display(),
+                wire.bad.join("; ")
             ));
         }
+        all.add(&wire);
     }
-    if !wire.bad.is_empty() {
-        failures.push(format!("rxe sent bad frames: {}", wire.bad.join("; ")));
-    }
-    let guest_counters = console.counters();
-    let received = guest_counters.get("rcvd_pkts").copied().unwrap_or(0);
-    let sent = wire.sent_by_us();
-    // Without faults, every RoCE frame we sent reached rxe and passed its ICRC check (rxe
-    // counts rcvd_pkts only after it), unless the host dropped it on the way for lack of
-    // socket buffer (counted) or rxe had already destroyed the QP it was for (only
-    // ibv_srq_pingpong ends with messages in flight).
+    let received = console.counters().get("rcvd_pkts").copied().unwrap_or(0);
+    let sent = all.sent_by_us();
     let late: u64 = group
         .scenarios
         .iter()
@@ -193,30 +309,11 @@ pub fn run(group: &Group) {
             "we sent {sent} RoCE frames, rxe received {received}; the host dropped {rcvbuf_errors} for lack of buffer and at most {late} may have been for QPs already gone"
         ));
     }
-    let counters_seen: Vec<String> = guest_counters
-        .iter()
-        .filter(|(_, v)| **v > 0)
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect();
-    eprintln!(
-        "group {} (link MTU {}{}): {} scenarios in {:.1} s\n{table}  wire: {} frames; RoCE from us {sent} (opcodes {:x?}), from rxe {} (opcodes {:x?}); rxe rcvd_pkts {received}; host UDP buffer drops {rcvbuf_errors}\n  rxe counters: {}",
-        group.name,
-        group.link_mtu,
-        group.faults.map(|f| format!(", faults {f}")).unwrap_or_default(),
-        group.scenarios.len(),
-        started.elapsed().as_secs_f64(),
-        wire.frames,
-        wire.ours.keys().collect::<Vec<_>>(),
-        wire.sent_by_guest(),
-        wire.theirs.keys().collect::<Vec<_>>(),
-        counters_seen.join(" ")
-    );
-    assert!(
-        failures.is_empty(),
-        "group {}: {} problem(s) (logs in {}):\n{}",
-        group.name,
-        failures.len(),
-        dir.display(),
-        failures.join("\n\n")
-    );
+    format!(
+        "wire: {} frames; RoCE from us {sent} (opcodes {:x?}), from rxe {} (opcodes {:x?}); rxe rcvd_pkts {received}; host UDP buffer drops {rcvbuf_errors}",
+        all.frames,
+        all.ours.keys().collect::<Vec<_>>(),
+        all.sent_by_guest(),
+        all.theirs.keys().collect::<Vec<_>>(),
+    )
 }

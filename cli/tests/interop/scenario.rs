@@ -48,6 +48,22 @@ impl Scenario {
         }
     }
 
+    /// The file name of this scenario's capture: program, atomic operation, rxe's role.
+    pub fn capture_name(&self) -> String {
+        let op = self
+            .args
+            .windows(2)
+            .find(|w| w[0] == "-A")
+            .map(|w| format!("-{}", w[1].to_lowercase()))
+            .unwrap_or_default();
+        let role = if self.guest_serves {
+            "server"
+        } else {
+            "client"
+        };
+        format!("{}{op}-rxe-{role}", self.program())
+    }
+
     pub fn name(&self) -> String {
         format!(
             "{} {} ({} serves)",
@@ -132,6 +148,9 @@ pub struct Group {
     pub link_mtu: u32,
     /// Faults our NIC's link injects (both directions).
     pub faults: Option<&'static str>,
+    /// Each run of ours brings up a NIC of its own (`--link`, not `--nic`) and keeps its own
+    /// capture, named by [`Scenario::capture_name`]; otherwise one `roce nic` serves them all.
+    pub capture_each: bool,
     pub scenarios: Vec<Scenario>,
 }
 

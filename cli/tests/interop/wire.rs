@@ -26,6 +26,20 @@ impl Wire {
     pub fn sent_by_guest(&self) -> u64 {
         self.theirs.values().sum()
     }
+
+    /// Adds another capture's counts.
+    pub fn add(&mut self, other: &Wire) {
+        self.frames += other.frames;
+        for (mine, theirs) in [
+            (&mut self.ours, &other.ours),
+            (&mut self.theirs, &other.theirs),
+        ] {
+            for (opcode, n) in theirs {
+                *mine.entry(*opcode).or_default() += n;
+            }
+        }
+        self.bad.extend(other.bad.iter().cloned());
+    }
 }
 
 /// Reads a capture of the cable.

@@ -1,0 +1,103 @@
+//! The committed captures of real rxe traffic, `captures/softroce/<scenario>.pcap`, each with
+//! tshark's field dump beside it (`<scenario>.fields.txt`). Real traffic differs from run to
+//! run, so they are rewritten only on demand: `ROCE_REGENERATE_CAPTURES=1`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Where the captures live in the repository.
+pub fn committed_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../captures/softroce")
+}
+
+pub fn regenerate() -> bool {
+    std::env::var("ROCE_REGENERATE_CAPTURES").is_ok_and(|v| v == "1")
+}
+
+/// The fields of the dump: where each frame came from, and every RoCE header field tshark
+/// knows, as tshark names them (tshark 4.0 files an AtomicETH's VA and R_Key under `reth`).
+const FIELDS: &[&str] = &[
+    "frame.number",
+    "frame.len",
+    "eth.src",
+    "eth.dst",
+    "ip.src",
+    "ip.dst",
+    "udp.srcport",
+    "udp.dstport",
+    "infiniband.bth.opcode",
+    "infiniband.bth.se",
+    "infiniband.bth.m",
+    "infiniband.bth.padcnt",
+    "infiniband.bth.tver",
+    "infiniband.bth.p_key",
+    "infiniband.bth.destqp",
+    "infiniband.bth.a",
+    "infiniband.bth.psn",
+    "infiniband.reth.va",
+    "infiniband.reth.r_key",
+    "infiniband.reth.dmalen",
+    "infiniband.aeth.syndrome",
+    "infiniband.aeth.msn",
+    "infiniband.deth.q_key",
+    "infiniband.deth.srcqp",
+    "infiniband.atomiceth.swapdt",
+    "infiniband.atomiceth.cmpdt",
+    "infiniband.atomicacketh.origremdt",
+    "data.len",
+    "infiniband.invariant.crc",
+];
+
+/// Dissectors that would claim RoCE payloads (RDMA storage protocols) or the packets
+/// themselves, and so hide fields of plain RoCE traffic.
+const DISABLED: &[&str] = &[
+    "dns",
+    "tftp",
+    "rpcordma",
+    "smb_direct",
+    "smc",
+    "nvme-rdma",
+    "lnet",
+    "iser",
+    "infiniband_sdp",
+    "fcoib",
+];
+
+/// tshark's dump of the RoCE frames of `pcap`: a header line, then one tab-separated line per
+/// frame.
+pub fn field_dump(pcap: &Path) -> String {
+    let mut cmd = Command::new("tshark");
+    cmd.arg("-r")
+        .arg(pcap)
+        .args(["-n", "-Y", "infiniband", "-T", "fields"]);
+    cmd.args(["-E", "header=y", "-E", "separator=/t", "-E", "occurrence=f"]);
+    for protocol in DISABLED {
+        cmd.args(["--disable-protocol", protocol]);
+    }
+    for field in FIELDS {
+        cmd.args(["-e", field]);
+    }
+    let out = cmd
+        .output()
+        .expect("tshark, to regenerate the captures' field dumps");
+    assert!(
+        out.status.success(),
+        "tshark failed on {}: {}",
+        pcap.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("tshark prints UTF-8")
+}
+
+/// Copies the captures into the repository, each with its field dump.
+pub fn commit(captures: &[PathBuf]) {
+    let dir = committed_dir();
+    std::fs::create_dir_all(&dir).unwrap();
+    for capture in captures {
+        let name = capture.file_name().expect("a capture file");
+        let to = dir.join(name);
+        std::fs::copy(capture, &to).unwrap();
+        std::fs::write(to.with_extension("fields.txt"), field_dump(&to)).unwrap();
+        eprintln!("rewrote {}", to.display());
+    }
+}
