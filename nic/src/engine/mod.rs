@@ -82,6 +82,8 @@ pub(crate) struct Engine {
     resolve_timeout: Duration,
     /// What a sleeping engine watches (kept to reuse its allocation).
     interests: Vec<Interest>,
+    /// Scratch space for `poll(2)` (kept to reuse its allocation).
+    pollfds: Vec<libc::pollfd>,
     running: bool,
 }
 
@@ -135,6 +137,7 @@ impl Engine {
             awaiting_neighbour: Vec::new(),
             resolve_timeout: setup.resolve_timeout,
             interests: Vec::new(),
+            pollfds: Vec::new(),
             running: true,
         })
     }
@@ -171,7 +174,7 @@ impl Engine {
                 interests.push(Interest::new(fd, true, false));
             }
             self.ip_stack.interests(&mut interests);
-            self.waker.sleep(&interests, timeout);
+            self.waker.sleep(&interests, timeout, &mut self.pollfds);
             self.interests = interests;
             idle_since = None;
         }
