@@ -16,7 +16,7 @@ use smoltcp::wire::{
 
 use crate::error::{check_len, Error, Layer, NotRoce};
 use crate::icrc::{self, Scope};
-use crate::opcode::Headers;
+use crate::opcode::{Headers, Opcode};
 use crate::{aeth, atomic_ack_eth, atomic_eth, be, bth, deth, feth, ieth, immdt, reth};
 
 /// The UDP destination port that marks RoCEv2.
@@ -157,6 +157,25 @@ pub struct Extensions {
 }
 
 impl Extensions {
+    /// The extension headers `opcode` calls for, every field zero (an AETH says ACK without
+    /// credit information), ready for the caller to fill in.
+    pub fn for_opcode(opcode: Opcode) -> Extensions {
+        let has = |h| opcode.headers().contains(h);
+        Extensions {
+            deth: has(Headers::DETH).then(deth::Repr::default),
+            feth: has(Headers::FETH).then(feth::Repr::default),
+            reth: has(Headers::RETH).then(reth::Repr::default),
+            atomic_eth: has(Headers::ATOMIC_ETH).then(atomic_eth::Repr::default),
+            aeth: has(Headers::AETH).then_some(aeth::Repr {
+                syndrome: aeth::Syndrome::ack(),
+                msn: 0,
+            }),
+            atomic_ack_eth: has(Headers::ATOMIC_ACK_ETH).then(atomic_ack_eth::Repr::default),
+            immdt: has(Headers::IMMDT).then(immdt::Repr::default),
+            ieth: has(Headers::IETH).then(ieth::Repr::default),
+        }
+    }
+
     /// The set of headers present.
     pub fn headers(&self) -> Headers {
         let mut h = Headers::NONE;
@@ -564,6 +583,19 @@ impl<'a> Frame<'a> {
         Frame::parse_network(bytes, 0, ethertype, None)
     }
 
+    /// Like [`Frame::parse_network_layer`], for a packet whose IP header (or GRH) starts
+    /// `offset` bytes into `bytes`, after a link header this crate does not model (a Linux
+    /// cooked capture header, say). Keeping the whole record lets [`Frame::layout`] give offsets
+    /// into the bytes as captured, which is what a reader of a hex dump needs.
+    pub fn parse_network_layer_at(
+        bytes: &'a [u8],
+        offset: usize,
+        ethertype: u16,
+    ) -> Result<Frame<'a>, Error> {
+        check_len(Layer::Ethernet, offset, bytes.len())?;
+        Frame::parse_network(bytes, offset, ethertype, None)
+    }
+
     fn parse_network(
         bytes: &'a [u8],
         l3: usize,
@@ -692,7 +724,15 @@ fn parse_ipv4(bytes: &[u8]) -> Result<NetworkParse, Error> {
             "shorter than 20 bytes",
         ));
     }
-    check_len(Layer::Ipv4, ihl, bytes.len())?;
+    // Decide whether the packet is RoCE at all before judging its lengths and checksum: a
+    // snapped or corrupted packet of another protocol is not ours to call malformed.
+    if ip.next_header() != IpProtocol::Udp {
+        return Err(Error::NotRoce(NotRoce::IpProtocol(ip.next_header().into())));
+    }
+    if ip.more_frags() || ip.frag_offset() != 0 {
+        return Err(Error::NotRoce(NotRoce::Fragment));
+    }
+    check_roce_port(bytes.get(ihl..).unwrap_or_default())?;
     let total = usize::from(ip.total_len());
     if total < ihl {
         return Err(malformed(
@@ -711,13 +751,7 @@ fn parse_ipv4(bytes: &[u8]) -> Result<NetworkParse, Error> {
             "does not match the header",
         ));
     }
-    if ip.next_header() != IpProtocol::Udp {
-        return Err(Error::NotRoce(NotRoce::IpProtocol(ip.next_header().into())));
-    }
-    if ip.more_frags() || ip.frag_offset() != 0 {
-        return Err(Error::NotRoce(NotRoce::Fragment));
-    }
-    check_udp(&bytes[ihl..total])?;
+    check_udp_len(&bytes[ihl..total])?;
     Ok((
         NetworkRepr::Ipv4 {
             src: ip.src_addr(),
@@ -745,12 +779,13 @@ fn parse_ipv6(bytes: &[u8]) -> Result<NetworkParse, Error> {
             "not 6",
         ));
     }
-    let total = IPV6_LEN + usize::from(ip.payload_len());
-    check_len(Layer::Ipv6, total, bytes.len())?;
     if ip.next_header() != IpProtocol::Udp {
         return Err(Error::NotRoce(NotRoce::IpProtocol(ip.next_header().into())));
     }
-    check_udp(&bytes[IPV6_LEN..total])?;
+    check_roce_port(&bytes[IPV6_LEN..])?;
+    let total = IPV6_LEN + usize::from(ip.payload_len());
+    check_len(Layer::Ipv6, total, bytes.len())?;
+    check_udp_len(&bytes[IPV6_LEN..total])?;
     Ok((
         NetworkRepr::Ipv6 {
             src: ip.src_addr(),
@@ -802,14 +837,22 @@ fn parse_grh(bytes: &[u8]) -> Result<NetworkParse, Error> {
     ))
 }
 
-/// Checks the UDP header at the start of an IP payload: RoCEv2's port, and a length that agrees
-/// with the IP header's.
-fn check_udp(datagram: &[u8]) -> Result<(), Error> {
+/// Checks that the UDP header at the start of `datagram` (an IP payload, possibly cut short by
+/// the capture) goes to RoCEv2's port. The source port says nothing: RoCE picks it for ECMP
+/// entropy, and it may well be a well-known port such as 53 or 69.
+fn check_roce_port(datagram: &[u8]) -> Result<(), Error> {
     check_len(Layer::Udp, UDP_LEN, datagram.len())?;
     let udp = UdpPacket::new_unchecked(datagram);
     if udp.dst_port() != ROCE_V2_PORT {
         return Err(Error::NotRoce(NotRoce::UdpPort(udp.dst_port())));
     }
+    Ok(())
+}
+
+/// Checks that the UDP length agrees with the IP length (`datagram` is the whole IP payload).
+fn check_udp_len(datagram: &[u8]) -> Result<(), Error> {
+    check_len(Layer::Udp, UDP_LEN, datagram.len())?;
+    let udp = UdpPacket::new_unchecked(datagram);
     if usize::from(udp.len()) != datagram.len() {
         return Err(malformed(
             Layer::Udp,
@@ -955,6 +998,99 @@ mod tests {
         let len = repr.emit(&mut buf, b"payload").unwrap();
         for cut in 0..len {
             assert!(Frame::parse(&buf[..cut]).is_err(), "cut at {cut}");
+        }
+    }
+    fn v4() -> NetworkRepr {
+        NetworkRepr::Ipv4 {
+            src: Ipv4Address::new(10, 0, 0, 1),
+            dst: Ipv4Address::new(10, 0, 0, 2),
+            dscp: 0,
+            ecn: 0,
+            ident: 7,
+            ttl: 64,
+            udp_src_port: 0xc123,
+        }
+    }
+
+    fn emitted(repr: &FrameRepr) -> Vec<u8> {
+        let mut buf = vec![0u8; repr.frame_len()];
+        repr.emit(&mut buf, &vec![0x5a; repr.payload_len]).unwrap();
+        buf
+    }
+
+    #[test]
+    fn other_traffic_is_not_roce_even_when_snapped_or_corrupt() {
+        let good = emitted(&sample(v4(), None));
+        // TCP, with the IP checksum now wrong as well.
+        let mut tcp = good.clone();
+        tcp[14 + 9] = 6;
+        assert_eq!(
+            Frame::parse(&tcp).unwrap_err(),
+            Error::NotRoce(NotRoce::IpProtocol(6))
+        );
+        // DNS, snapped right after the UDP header, checksum wrong.
+        let mut dns = good.clone();
+        dns[14 + 20 + 2..14 + 20 + 4].copy_from_slice(&53u16.to_be_bytes());
+        assert_eq!(
+            Frame::parse(&dns[..14 + 20 + 8]).unwrap_err(),
+            Error::NotRoce(NotRoce::UdpPort(53))
+        );
+        // The same corruption on a RoCE packet is a fault of that packet.
+        let mut bad_checksum = good.clone();
+        bad_checksum[14 + 10] ^= 0xff;
+        assert!(matches!(
+            Frame::parse(&bad_checksum).unwrap_err(),
+            Error::Malformed {
+                layer: Layer::Ipv4,
+                field: "header checksum",
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn an_ip_length_too_short_for_udp_is_an_error() {
+        let mut frame = emitted(&sample(v4(), None));
+        // Total length 23: three bytes of UDP. Recompute the checksum so only the length is off.
+        frame[14 + 2..14 + 4].copy_from_slice(&23u16.to_be_bytes());
+        let mut ip = Ipv4Packet::new_unchecked(&mut frame[14..34]);
+        ip.fill_checksum();
+        assert_eq!(
+            Frame::parse(&frame).unwrap_err(),
+            Error::Truncated {
+                layer: Layer::Udp,
+                needed: 8,
+                available: 3
+            }
+        );
+    }
+
+    #[test]
+    fn network_layer_at_an_offset_keeps_offsets_into_the_whole_record() {
+        let frame = emitted(&sample(v4(), None));
+        let mut cooked = vec![0xee; 16];
+        cooked.extend_from_slice(&frame[14..]);
+        let parsed = Frame::parse_network_layer_at(&cooked, 16, 0x0800).unwrap();
+        assert_eq!(parsed.repr.ethernet, None);
+        assert_eq!(parsed.layout.network, 16..36);
+        assert_eq!(parsed.layout.bth, 44..56);
+        assert_eq!(parsed.bytes().len(), cooked.len());
+        assert!(parsed.icrc().is_ok());
+        assert_eq!(
+            Frame::parse_network_layer_at(&cooked[..10], 16, 0x0800).unwrap_err(),
+            Error::Truncated {
+                layer: Layer::Ethernet,
+                needed: 16,
+                available: 10
+            }
+        );
+    }
+
+    #[test]
+    fn extensions_for_an_opcode_are_the_ones_it_carries() {
+        for op in Opcode::all() {
+            let ext = Extensions::for_opcode(op);
+            assert_eq!(ext.headers(), op.headers(), "{op}");
         }
     }
 }
