@@ -91,7 +91,7 @@ pub(super) const VLAN: &[Spec] = &[
 #[rustfmt::skip]
 pub(super) const IPV4: &[Spec] = &[
     spec("Version",         "ip.version",      (0, 1, 0xf0),   Dec,     NONE),
-    spec("Header length",   "ip.hdr_len",      (0, 1, 0x0f),   Words32, M::Fixed("bytes")),
+    spec("Header length (bytes)", "ip.hdr_len", (0, 1, 0x0f), Words32, NONE),
     spec("DSCP",            "ip.dsfield.dscp", (1, 1, 0xfc),   Dec,     NONE),
     spec("ECN",             "ip.dsfield.ecn",  (1, 1, 0x03),   Dec,     M::Ecn),
     spec("Total length",    "ip.len",          (2, 2, 0),      Dec,     NONE),

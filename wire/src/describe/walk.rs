@@ -156,7 +156,7 @@ impl<'f, 'a> Walker<'f, 'a> {
         if !data.is_empty() {
             each(Field::new(
                 l,
-                "Payload and pad",
+                "Payload and pad length",
                 "data.len",
                 data.clone(),
                 count(&data),
@@ -164,16 +164,13 @@ impl<'f, 'a> Walker<'f, 'a> {
         }
         if self.frame.repr.bth.opcode.has_payload() {
             let payload = layout.payload.clone();
-            each(
-                Field::new(
-                    l,
-                    "Payload",
-                    "roce.payload.len",
-                    payload.clone(),
-                    count(&payload),
-                )
-                .meaning(Words::Text("bytes")),
-            )?;
+            each(Field::new(
+                l,
+                "Payload length",
+                "roce.payload.len",
+                payload.clone(),
+                count(&payload),
+            ))?;
         }
         if let Some(pad) = self.bytes.get(layout.pad.clone()).filter(|p| !p.is_empty()) {
             each(Field::new(
