@@ -101,7 +101,7 @@ fn ipv4(i: usize) -> NetworkRepr {
         ecn: (i % 4) as u8,
         ident: 0x4000 + i as u16,
         ttl: 64 - (i % 8) as u8,
-        udp_src_port: 0xc000 | (i as u16 * 0x101 & 0x3fff),
+        udp_src_port: 0xc000 | ((i as u16 * 0x101) & 0x3fff),
     }
 }
 
@@ -116,7 +116,7 @@ fn ipv6(i: usize) -> NetworkRepr {
         traffic_class: (i * 9 % 256) as u8,
         flow_label: (i as u32 * 0x1_2345) & 0xf_ffff,
         hop_limit: 255 - i as u8,
-        udp_src_port: 0xc000 | (i as u16 * 0x203 & 0x3fff),
+        udp_src_port: 0xc000 | ((i as u16 * 0x203) & 0x3fff),
     }
 }
 
