@@ -196,45 +196,47 @@ impl Extensions {
     }
 
     /// Parses the headers `which` from the start of `bytes`.
+    // Inlined, like the network parsers: a result handed back through memory is read back
+    // in wider loads than it was written with, which stalls store forwarding.
+    #[inline(always)]
     fn parse(which: Headers, bytes: &[u8]) -> Result<Extensions, Error> {
-        let mut ext = Extensions::default();
+        // One test per header, in wire order (the order of the fields below, which Rust
+        // evaluates in the order written), rather than a loop over the table: this runs for
+        // every packet.
         let mut at = 0;
-        for (header, len) in which.iter() {
-            let b = bytes.get(at..).unwrap_or_default();
-            match header {
-                Headers::DETH => {
-                    ext.deth = Some(deth::Repr::parse(&deth::Packet::new_checked(b)?)?)
-                }
-                Headers::FETH => {
-                    ext.feth = Some(feth::Repr::parse(&feth::Packet::new_checked(b)?)?)
-                }
-                Headers::RETH => {
-                    ext.reth = Some(reth::Repr::parse(&reth::Packet::new_checked(b)?)?)
-                }
-                Headers::ATOMIC_ETH => {
-                    ext.atomic_eth = Some(atomic_eth::Repr::parse(
-                        &atomic_eth::Packet::new_checked(b)?,
-                    )?)
-                }
-                Headers::AETH => {
-                    ext.aeth = Some(aeth::Repr::parse(&aeth::Packet::new_checked(b)?)?)
-                }
-                Headers::ATOMIC_ACK_ETH => {
-                    ext.atomic_ack_eth = Some(atomic_ack_eth::Repr::parse(
-                        &atomic_ack_eth::Packet::new_checked(b)?,
-                    )?)
-                }
-                Headers::IMMDT => {
-                    ext.immdt = Some(immdt::Repr::parse(&immdt::Packet::new_checked(b)?)?)
-                }
-                Headers::IETH => {
-                    ext.ieth = Some(ieth::Repr::parse(&ieth::Packet::new_checked(b)?)?)
-                }
-                _ => {}
-            }
-            at += len;
-        }
-        Ok(ext)
+        let mut next = |header: Headers, len: usize| {
+            which.contains(header).then(|| {
+                let b = bytes.get(at..).unwrap_or_default();
+                at += len;
+                b
+            })
+        };
+        Ok(Extensions {
+            deth: next(Headers::DETH, deth::HEADER_LEN)
+                .map(|b| deth::Repr::parse(&deth::Packet::new_checked(b)?))
+                .transpose()?,
+            feth: next(Headers::FETH, feth::HEADER_LEN)
+                .map(|b| feth::Repr::parse(&feth::Packet::new_checked(b)?))
+                .transpose()?,
+            reth: next(Headers::RETH, reth::HEADER_LEN)
+                .map(|b| reth::Repr::parse(&reth::Packet::new_checked(b)?))
+                .transpose()?,
+            atomic_eth: next(Headers::ATOMIC_ETH, atomic_eth::HEADER_LEN)
+                .map(|b| atomic_eth::Repr::parse(&atomic_eth::Packet::new_checked(b)?))
+                .transpose()?,
+            aeth: next(Headers::AETH, aeth::HEADER_LEN)
+                .map(|b| aeth::Repr::parse(&aeth::Packet::new_checked(b)?))
+                .transpose()?,
+            atomic_ack_eth: next(Headers::ATOMIC_ACK_ETH, atomic_ack_eth::HEADER_LEN)
+                .map(|b| atomic_ack_eth::Repr::parse(&atomic_ack_eth::Packet::new_checked(b)?))
+                .transpose()?,
+            immdt: next(Headers::IMMDT, immdt::HEADER_LEN)
+                .map(|b| immdt::Repr::parse(&immdt::Packet::new_checked(b)?))
+                .transpose()?,
+            ieth: next(Headers::IETH, ieth::HEADER_LEN)
+                .map(|b| ieth::Repr::parse(&ieth::Packet::new_checked(b)?))
+                .transpose()?,
+        })
     }
 
     /// Writes the present headers in wire order; `buf` holds exactly `headers().len()` bytes.
@@ -572,15 +574,13 @@ impl<'a> Frame<'a> {
             src: eth.src_addr(),
             vlan,
         };
-        let mut frame = Frame::parse_network(bytes, l3, ethertype, Some(ethernet))?;
-        frame.layout.vlan = vlan_range;
-        Ok(frame)
+        Frame::parse_network(bytes, l3, ethertype, Some(ethernet), vlan_range)
     }
 
     /// Parses a packet that starts at its IP header (or GRH), as in captures with Linux cooked
     /// framing; `ethertype` says which (0x0800, 0x86dd or 0x8915).
     pub fn parse_network_layer(bytes: &'a [u8], ethertype: u16) -> Result<Frame<'a>, Error> {
-        Frame::parse_network(bytes, 0, ethertype, None)
+        Frame::parse_network(bytes, 0, ethertype, None, None)
     }
 
     /// Like [`Frame::parse_network_layer`], for a packet whose IP header (or GRH) starts
@@ -593,14 +593,18 @@ impl<'a> Frame<'a> {
         ethertype: u16,
     ) -> Result<Frame<'a>, Error> {
         check_len(Layer::Ethernet, offset, bytes.len())?;
-        Frame::parse_network(bytes, offset, ethertype, None)
+        Frame::parse_network(bytes, offset, ethertype, None, None)
     }
 
+    // Inlined into each entry point so that the frame, some 400 bytes, is built where the caller
+    // wants it rather than copied there.
+    #[inline(always)]
     fn parse_network(
         bytes: &'a [u8],
         l3: usize,
         ethertype: u16,
         ethernet: Option<EthernetRepr>,
+        vlan: Option<Range<usize>>,
     ) -> Result<Frame<'a>, Error> {
         let rest = &bytes[l3..];
         let (network, header_len, l3_len, udp) = match ethertype {
@@ -668,7 +672,7 @@ impl<'a> Frame<'a> {
                 payload_len,
             },
             layout: Layout {
-                vlan: None,
+                vlan,
                 network: l3..l3 + header_len - udp.map_or(0, |_| UDP_LEN),
                 udp: udp.map(|_| bth_at - UDP_LEN..bth_at),
                 bth: bth_at..ext_at,
@@ -704,6 +708,7 @@ impl<'a> Frame<'a> {
 
 type NetworkParse = (NetworkRepr, usize, usize, Option<()>);
 
+#[inline(always)]
 fn parse_ipv4(bytes: &[u8]) -> Result<NetworkParse, Error> {
     check_len(Layer::Ipv4, IPV4_LEN, bytes.len())?;
     let ip = Ipv4Packet::new_unchecked(bytes);
@@ -768,6 +773,7 @@ fn parse_ipv4(bytes: &[u8]) -> Result<NetworkParse, Error> {
     ))
 }
 
+#[inline(always)]
 fn parse_ipv6(bytes: &[u8]) -> Result<NetworkParse, Error> {
     check_len(Layer::Ipv6, IPV6_LEN, bytes.len())?;
     let ip = Ipv6Packet::new_unchecked(bytes);
@@ -801,6 +807,7 @@ fn parse_ipv6(bytes: &[u8]) -> Result<NetworkParse, Error> {
     ))
 }
 
+#[inline(always)]
 fn parse_grh(bytes: &[u8]) -> Result<NetworkParse, Error> {
     check_len(Layer::Grh, IPV6_LEN, bytes.len())?;
     let grh = Ipv6Packet::new_unchecked(bytes);
