@@ -36,8 +36,7 @@ pub const OWN_PREFIX: &str = "roce.";
 /// `tshark -T fields` and compare what the two decoders say.
 pub fn tshark_fields() -> Vec<&'static str> {
     let mut keys: Vec<&'static str> = Vec::new();
-    let table_keys = tables::ALL.iter().flat_map(|t| t.iter().map(|s| s.key));
-    for key in table_keys.chain(tables::OTHER_TSHARK_KEYS.iter().copied()) {
+    for key in tables::all().map(tables::Spec::key) {
         if !key.starts_with(OWN_PREFIX) && !keys.contains(&key) {
             keys.push(key);
         }
@@ -132,52 +131,53 @@ impl fmt::Display for Words {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Field<'a> {
     pub layer: Layer,
-    /// What a person calls it.
-    pub name: &'static str,
-    /// tshark's field name, or ours under [`OWN_PREFIX`].
-    pub key: &'static str,
+    /// What the field is, the same in every packet: name, key, mask, depth.
+    spec: &'static tables::Spec,
     /// The bytes of the frame that hold it.
     pub bytes: Range<usize>,
-    /// For a field narrower than its bytes, the bits that are its own, over those bytes read as
-    /// one big-endian number.
-    pub mask: Option<u32>,
     pub value: Value<'a>,
     pub words: Words,
 }
 
 impl<'a> Field<'a> {
-    fn new(
-        layer: Layer,
-        name: &'static str,
-        key: &'static str,
-        bytes: Range<usize>,
-        value: Value<'a>,
-    ) -> Field<'a> {
-        Field {
-            layer,
-            name,
-            key,
-            bytes,
-            mask: None,
-            value,
-            words: Words::None,
-        }
+    /// What a person calls it.
+    pub fn name(&self) -> &'static str {
+        self.spec.name
     }
 
-    fn meaning(mut self, words: Words) -> Field<'a> {
-        self.words = words;
-        self
+    /// tshark's field name, or ours under [`OWN_PREFIX`].
+    pub fn key(&self) -> &'static str {
+        self.spec.key()
+    }
+
+    /// The key as it opens a JSON entry that follows another: `,"key":`. Keys are plain
+    /// ASCII names that JSON never escapes.
+    pub fn json_entry(&self) -> &'static str {
+        self.spec.entry
+    }
+
+    /// For a field narrower than its bytes, the bits that are its own, over those bytes read as
+    /// one big-endian number.
+    pub fn mask(&self) -> Option<u32> {
+        (self.spec.mask != 0).then_some(self.spec.mask)
+    }
+
+    /// Part of what a RoCE tool looks at: the addresses, ports, priority and ECN marks of the
+    /// layers below, and every field of the transport headers, payload and ICRC. The others
+    /// (IP version, lengths, checksums, ...) belong to the full views.
+    pub fn essential(&self) -> bool {
+        self.spec.depth == tables::Depth::Essential
     }
 
     /// Whether tshark knows this field by [`Field::key`].
     pub fn is_tshark(&self) -> bool {
-        !self.key.starts_with(OWN_PREFIX)
+        !self.key().starts_with(OWN_PREFIX)
     }
 
     /// The field's bits drawn as tshark does (`..11 ....`), given the frame's bytes; `None` for
     /// a field that fills whole bytes.
     pub fn bit_pattern(&self, frame: &[u8]) -> Option<BitPattern> {
-        let mask = self.mask?;
+        let mask = self.mask()?;
         let bytes = frame.get(self.bytes.clone())?;
         if bytes.len() > 4 {
             return None;
@@ -259,15 +259,24 @@ impl<'f, 'a> Description<'f, 'a> {
     }
 
     /// Hands every field to `each`, in frame order, stopping at the first error it returns.
-    pub fn visit<E>(&self, mut each: impl FnMut(Field<'a>) -> Result<(), E>) -> Result<(), E> {
-        walk::Walker::new(self.frame, self.icrc).walk(&mut each)
+    pub fn visit<E>(&self, mut each: impl FnMut(&Field<'a>) -> Result<(), E>) -> Result<(), E> {
+        walk::Walker::new(self.frame, self.icrc, false).walk(&mut each)
+    }
+
+    /// Like [`Description::visit`], for the [essential](Field::essential) fields only; the
+    /// others are not even read.
+    pub fn visit_essential<E>(
+        &self,
+        mut each: impl FnMut(&Field<'a>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        walk::Walker::new(self.frame, self.icrc, true).walk(&mut each)
     }
 
     /// Every field, in frame order.
     pub fn fields(&self) -> Vec<Field<'a>> {
         let mut fields = Vec::with_capacity(48);
         let Ok(()) = self.visit(|field| {
-            fields.push(field);
+            fields.push(field.clone());
             Ok::<(), core::convert::Infallible>(())
         });
         fields

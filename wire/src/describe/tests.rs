@@ -1,3 +1,4 @@
+use super::tables;
 use super::*;
 use crate::frame::{EthernetRepr, Extensions, FrameRepr, NetworkRepr, VlanTag};
 use crate::opcode::{Kind, Transport};
@@ -58,7 +59,7 @@ fn emit(repr: &FrameRepr) -> Vec<u8> {
 fn find<'x, 'a>(fields: &'x [Field<'a>], key: &str) -> &'x Field<'a> {
     fields
         .iter()
-        .find(|f| f.key == key)
+        .find(|f| f.key() == key)
         .unwrap_or_else(|| panic!("no {key}"))
 }
 
@@ -79,26 +80,30 @@ fn every_field_of_every_opcode_has_a_known_key_and_lies_in_the_frame() {
                 let mut last_start = 0;
                 for f in &fields {
                     assert!(
-                        tshark.contains(&f.key) || f.key.starts_with(OWN_PREFIX),
+                        tshark.contains(&f.key()) || f.key().starts_with(OWN_PREFIX),
                         "{op}: {} has no listed key",
-                        f.key
+                        f.key()
                     );
-                    assert_eq!(f.is_tshark(), tshark.contains(&f.key));
+                    assert_eq!(f.is_tshark(), tshark.contains(&f.key()));
                     assert!(
                         f.bytes.end <= bytes.len() && !f.bytes.is_empty(),
                         "{}",
-                        f.key
+                        f.key()
                     );
-                    assert!(f.bytes.start >= last_start, "{} is out of order", f.key);
+                    assert!(f.bytes.start >= last_start, "{} is out of order", f.key());
                     last_start = f.bytes.start;
-                    if let Some(mask) = f.mask {
+                    if let Some(mask) = f.mask() {
                         assert!(f.bytes.len() <= 4);
-                        assert_eq!(u64::from(mask) >> (f.bytes.len() * 8), 0, "{}", f.key);
+                        assert_eq!(u64::from(mask) >> (f.bytes.len() * 8), 0, "{}", f.key());
                     }
                 }
                 // A key appears once: a JSON object of the fields loses nothing.
                 for (i, f) in fields.iter().enumerate() {
-                    assert!(!fields[..i].iter().any(|g| g.key == f.key), "{}", f.key);
+                    assert!(
+                        !fields[..i].iter().any(|g| g.key() == f.key()),
+                        "{}",
+                        f.key()
+                    );
                 }
             }
         }
@@ -132,7 +137,7 @@ fn fields_sit_where_the_headers_put_them() {
     assert_eq!(opcode.bytes, 46..47);
     assert_eq!(opcode.to_string(), "11 (RC RDMA_WRITE_ONLY_WITH_IMMEDIATE)");
     let pad = find(&fields, "infiniband.bth.padcnt");
-    assert_eq!((pad.bytes.clone(), pad.mask), (47..48, Some(0x30)));
+    assert_eq!((pad.bytes.clone(), pad.mask()), (47..48, Some(0x30)));
     assert_eq!(pad.value, Value::Uint(3, Base::Dec));
     assert_eq!(pad.bit_pattern(&bytes).unwrap().to_string(), "..11 ....");
     assert_eq!(
@@ -226,7 +231,7 @@ fn the_syndrome_is_shown_whole_and_in_the_pieces_tshark_shows() {
         // Only the piece that fits the kind is there.
         let pieces = fields
             .iter()
-            .filter(|f| f.key.starts_with("infiniband.aeth.syndrome."))
+            .filter(|f| f.key().starts_with("infiniband.aeth.syndrome."))
             .count();
         assert_eq!(pieces, 3);
     }
@@ -310,7 +315,7 @@ fn ethernet_padding_is_shown_after_the_icrc() {
         find(&fields, "roce.payload.len").value,
         Value::Uint(0, Base::Dec)
     );
-    assert!(fields.iter().all(|f| f.key != "data.len"));
+    assert!(fields.iter().all(|f| f.key() != "data.len"));
 }
 
 #[test]
@@ -328,4 +333,56 @@ fn visit_stops_at_the_first_error() {
         }
     });
     assert_eq!((result, seen), (Err("enough"), 3));
+}
+
+#[test]
+fn the_essential_fields_are_the_ones_marked_so_and_name_the_packet() {
+    for (op, network) in [
+        (Kind::SendOnly, networks()[0]),
+        (Kind::ReadRequest, networks()[1]),
+        (Kind::Acknowledge, networks()[2]),
+    ] {
+        let op = Opcode::new(Transport::Rc, op).unwrap();
+        let vlan = Some(VlanTag {
+            pcp: 3,
+            dei: false,
+            vid: 7,
+        });
+        let bytes = emit(&repr(op, network, vlan, 5));
+        let frame = Frame::parse(&bytes).unwrap();
+        let description = Description::new(&frame);
+        let all = description.fields();
+        let mut essential = Vec::new();
+        let Ok(()) = description.visit_essential(|f| {
+            essential.push(f.clone());
+            Ok::<(), core::convert::Infallible>(())
+        });
+        let marked: Vec<_> = all.iter().filter(|f| f.essential()).cloned().collect();
+        assert_eq!(essential, marked);
+        assert!(essential.len() < all.len());
+        let keys: Vec<&str> = essential.iter().map(|f| f.key()).collect();
+        for key in ["eth.src", "vlan.id", "vlan.priority", "infiniband.bth.psn"] {
+            assert!(keys.contains(&key), "{key} in {keys:?}");
+        }
+        assert!(!keys.contains(&"ip.checksum") && !keys.contains(&"udp.length"));
+        // Every transport field is essential.
+        assert!(all
+            .iter()
+            .filter(|f| f.bytes.start >= frame.layout.bth.start)
+            .all(|f| f.essential() || f.key() == "roce.pad" || f.key() == "eth.padding"));
+    }
+}
+
+#[test]
+fn every_key_is_a_plain_name_that_json_never_escapes() {
+    for spec in tables::all() {
+        let key = spec.key();
+        assert!(!key.is_empty());
+        assert!(
+            key.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'_'),
+            "{key}"
+        );
+        assert_eq!(spec.entry, format!(",\"{key}\":"));
+    }
 }

@@ -3,7 +3,7 @@
 
 use core::ops::Range;
 
-use super::tables::{self, Meaning, Shape, Spec};
+use super::tables::{self, other, Depth, Meaning, Shape, Spec};
 use super::{wire_order, Base, Field, Value, Words};
 use crate::aeth::{self, NakCode, Syndrome};
 use crate::frame::{Frame, NetworkRepr};
@@ -11,21 +11,52 @@ use crate::icrc::Check;
 use crate::opcode::{Headers, Opcode};
 use crate::{EthernetAddress, Ipv4Address, Ipv6Address, Layer};
 
-pub(super) type Each<'e, 'a, E> = &'e mut dyn FnMut(Field<'a>) -> Result<(), E>;
+pub(super) type Each<'e, 'a, E> = &'e mut dyn FnMut(&Field<'a>) -> Result<(), E>;
 
 pub(super) struct Walker<'f, 'a> {
     frame: &'f Frame<'a>,
     bytes: &'a [u8],
     icrc: Check,
+    essential_only: bool,
 }
 
 impl<'f, 'a> Walker<'f, 'a> {
-    pub(super) fn new(frame: &'f Frame<'a>, icrc: Check) -> Walker<'f, 'a> {
+    pub(super) fn new(frame: &'f Frame<'a>, icrc: Check, essential_only: bool) -> Walker<'f, 'a> {
         Walker {
             frame,
             bytes: frame.bytes(),
             icrc,
+            essential_only,
         }
+    }
+
+    /// Hands on a field the walker makes itself (not read from a table row), unless only
+    /// essential fields are wanted and it is not one.
+    fn give<E>(
+        &self,
+        each: Each<'_, 'a, E>,
+        spec: &'static Spec,
+        bytes: Range<usize>,
+        value: Value<'a>,
+        words: Words,
+    ) -> Result<(), E> {
+        if self.essential_only && spec.depth == Depth::Detail {
+            return Ok(());
+        }
+        let layer = if core::ptr::eq(spec, &other::ETH_PADDING) {
+            Layer::Ethernet
+        } else if core::ptr::eq(spec, &other::IP_OPTIONS) {
+            Layer::Ipv4
+        } else {
+            Layer::Payload
+        };
+        each(&Field {
+            layer,
+            spec,
+            bytes,
+            value,
+            words,
+        })
     }
 
     pub(super) fn walk<E>(&self, each: Each<'_, 'a, E>) -> Result<(), E> {
@@ -64,12 +95,17 @@ impl<'f, 'a> Walker<'f, 'a> {
         each: Each<'_, 'a, E>,
         layer: Layer,
         base: usize,
-        specs: &[Spec],
+        specs: &'static [Spec],
     ) -> Result<(), E> {
-        specs
-            .iter()
-            .filter_map(|spec| self.read(layer, base, spec))
-            .try_for_each(each)
+        for spec in specs {
+            if self.essential_only && spec.depth == Depth::Detail {
+                continue;
+            }
+            if let Some(field) = self.read(layer, base, spec) {
+                each(&field)?;
+            }
+        }
+        Ok(())
     }
 
     fn extension<E>(&self, each: Each<'_, 'a, E>, header: Headers, at: usize) -> Result<(), E> {
@@ -93,19 +129,30 @@ impl<'f, 'a> Walker<'f, 'a> {
             return Ok(());
         };
         let detail = &tables::AETH_DETAIL[usize::from((syndrome >> 5) & 0x3)];
-        let msn = &tables::AETH_MSN;
-        [detail, msn]
-            .into_iter()
-            .filter_map(|spec| self.read(Layer::Aeth, at, spec))
-            .try_for_each(each)
+        for spec in [detail, &tables::AETH_MSN] {
+            if let Some(field) = self.read(Layer::Aeth, at, spec) {
+                each(&field)?;
+            }
+        }
+        Ok(())
     }
 
     /// The field a table row describes, for a header starting at `base`; `None` if the frame
     /// does not hold its bytes (which a parsed frame always does).
-    fn read(&self, layer: Layer, base: usize, spec: &Spec) -> Option<Field<'a>> {
+    #[inline]
+    fn read(&self, layer: Layer, base: usize, spec: &'static Spec) -> Option<Field<'a>> {
         let bytes = base + spec.at..base + spec.at + spec.len;
         let raw = self.bytes.get(bytes.clone())?;
-        let whole = raw.iter().fold(0u64, |acc, &b| (acc << 8) | u64::from(b));
+        // Big-endian numbers of the sizes headers use; addresses and byte strings are not read
+        // as numbers.
+        let whole = match *raw {
+            [a] => u64::from(a),
+            [a, b] => u16::from_be_bytes([a, b]).into(),
+            [a, b, c] => u32::from_be_bytes([0, a, b, c]).into(),
+            [a, b, c, d] => u32::from_be_bytes([a, b, c, d]).into(),
+            [a, b, c, d, e, f, g, h] => u64::from_be_bytes([a, b, c, d, e, f, g, h]),
+            _ => 0,
+        };
         let number = match spec.mask {
             0 => whole,
             mask => (whole & u64::from(mask)) >> mask.trailing_zeros(),
@@ -122,10 +169,8 @@ impl<'f, 'a> Walker<'f, 'a> {
         };
         Some(Field {
             layer,
-            name: spec.name,
-            key: spec.key,
+            spec,
             bytes,
-            mask: (spec.mask != 0).then_some(spec.mask),
             value,
             words: words(spec.meaning, number),
         })
@@ -135,13 +180,13 @@ impl<'f, 'a> Walker<'f, 'a> {
         let network = &self.frame.layout.network;
         let options = network.start + 20..network.end;
         match self.bytes.get(options.clone()) {
-            Some(raw) if !raw.is_empty() => each(Field::new(
-                Layer::Ipv4,
-                "Options",
-                "roce.ip.options",
+            Some(raw) if !raw.is_empty() => self.give(
+                each,
+                &other::IP_OPTIONS,
                 options,
                 Value::Bytes(raw),
-            )),
+                Words::None,
+            ),
             _ => Ok(()),
         }
     }
@@ -149,78 +194,50 @@ impl<'f, 'a> Walker<'f, 'a> {
     /// Payload, pad and ICRC. tshark's `data.len` counts payload and pad together, and is
     /// there only when there is at least one byte of either.
     fn payload<E>(&self, each: Each<'_, 'a, E>) -> Result<(), E> {
-        let l = Layer::Payload;
         let layout = &self.frame.layout;
         let count = |range: &Range<usize>| Value::Uint(range.len() as u64, Base::Dec);
         let data = layout.payload.start..layout.pad.end;
         if !data.is_empty() {
-            each(Field::new(
-                l,
-                "Payload and pad length",
-                "data.len",
-                data.clone(),
-                count(&data),
-            ))?;
+            let len = count(&data);
+            self.give(each, &other::DATA_LEN, data, len, Words::None)?;
         }
         if self.frame.repr.bth.opcode.has_payload() {
             let payload = layout.payload.clone();
-            each(Field::new(
-                l,
-                "Payload length",
-                "roce.payload.len",
-                payload.clone(),
-                count(&payload),
-            ))?;
+            let len = count(&payload);
+            self.give(each, &other::PAYLOAD_LEN, payload, len, Words::None)?;
         }
         if let Some(pad) = self.bytes.get(layout.pad.clone()).filter(|p| !p.is_empty()) {
-            each(Field::new(
-                l,
-                "Pad",
-                "roce.pad",
-                layout.pad.clone(),
-                Value::Bytes(pad),
-            ))?;
+            let range = layout.pad.clone();
+            self.give(each, &other::PAD, range, Value::Bytes(pad), Words::None)?;
         }
         let icrc = layout.icrc.clone();
         let crc = |value: u32| Value::Uint(wire_order(value).into(), Base::Hex(8));
-        each(
-            Field::new(
-                l,
-                "ICRC",
-                "infiniband.invariant.crc",
-                icrc.clone(),
-                crc(self.icrc.found),
-            )
-            .meaning(Words::Icrc(self.icrc)),
-        )?;
-        each(Field::new(
-            l,
-            "ICRC computed",
-            "roce.icrc.expected",
+        let check = self.icrc;
+        let found = crc(check.found);
+        self.give(each, &other::ICRC, icrc.clone(), found, Words::Icrc(check))?;
+        let expected = crc(check.expected);
+        self.give(
+            each,
+            &other::ICRC_EXPECTED,
             icrc.clone(),
-            crc(self.icrc.expected),
-        ))?;
-        let status = if self.icrc.is_ok() { "ok" } else { "bad" };
-        each(Field::new(
-            l,
-            "ICRC status",
-            "roce.icrc.status",
-            icrc,
-            Value::Text(status),
-        ))
+            expected,
+            Words::None,
+        )?;
+        let status = Value::Text(if check.is_ok() { "ok" } else { "bad" });
+        self.give(each, &other::ICRC_STATUS, icrc, status, Words::None)
     }
 
     /// Bytes after the IP packet: Ethernet's minimum-size padding.
     fn trailer<E>(&self, each: Each<'_, 'a, E>) -> Result<(), E> {
         let trailer = self.frame.layout.trailer.clone();
         match self.bytes.get(trailer.clone()) {
-            Some(raw) if !raw.is_empty() && self.frame.repr.ethernet.is_some() => each(Field::new(
-                Layer::Ethernet,
-                "Padding",
-                "eth.padding",
+            Some(raw) if !raw.is_empty() && self.frame.repr.ethernet.is_some() => self.give(
+                each,
+                &other::ETH_PADDING,
                 trailer,
                 Value::Bytes(raw),
-            )),
+                Words::None,
+            ),
             _ => Ok(()),
         }
     }
