@@ -1,5 +1,6 @@
-//! tshark and `roce decode --json` must agree on every field of every packet in every capture
-//! under `captures/` (and the real ones in `../shared/captures/`, when they are there).
+//! tshark and `roce decode -v --json` (every field, not just the essential ones) must agree on
+//! every field of every packet in every capture under `captures/` (and the real ones in
+//! `../shared/captures/`, when they are there).
 //!
 //! How the two are brought to the same terms, and where tshark 4.0 cannot follow:
 //! - tshark prints numbers in the base its dissector chose (`0x000123`, `291`), flags as `1`/`0`
@@ -95,10 +96,10 @@ fn tshark_rows(file: &Path, fields: &[&str]) -> HashMap<u64, HashMap<String, Str
         .collect()
 }
 
-/// `roce decode --json`'s objects, by frame number.
+/// `roce decode -v --json`'s objects, by frame number.
 fn roce_objects(file: &Path) -> HashMap<u64, Map<String, Value>> {
     let output = Command::new(env!("CARGO_BIN_EXE_roce"))
-        .args(["decode", "--json"])
+        .args(["decode", "-v", "--json"])
         .arg(file)
         .output()
         .expect("running roce");

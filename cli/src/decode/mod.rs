@@ -19,8 +19,9 @@ use tally::Tally;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Show every field with its byte offsets, bits and tshark name (the teaching view).
-    #[arg(short, long, conflicts_with = "json")]
+    /// Show every field with its byte offsets, bits and tshark name (the teaching view); with
+    /// --json, put every field in the JSON rather than the essential ones.
+    #[arg(short, long)]
     verbose: bool,
     /// Print one JSON object per packet, keyed by tshark's field names (ours start with `roce.`).
     #[arg(long)]
@@ -34,11 +35,10 @@ pub struct Args {
 }
 
 /// How each packet is shown.
-#[derive(Clone, Copy, PartialEq, Eq)]
 enum View {
     Line,
     Tree,
-    Json,
+    Json(json::Json),
 }
 
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
@@ -48,8 +48,8 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         .iter()
         .map(|path| capture::open(path).map_err(|e| capture_failure(path, e)))
         .collect::<Result<Vec<_>, _>>()?;
-    let view = match (args.json, args.verbose) {
-        (true, _) => View::Json,
+    let mut view = match (args.json, args.verbose) {
+        (true, every_field) => View::Json(json::Json::new(every_field)),
         (false, true) => View::Tree,
         (false, false) => View::Line,
     };
@@ -58,7 +58,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     let several = args.files.len() > 1;
     for (path, reader) in args.files.iter().zip(readers) {
         let file = several.then_some(path.as_path());
-        match decode_file(reader, file, view, &mut out, &mut tally) {
+        match decode_file(reader, file, &mut view, &mut out, &mut tally) {
             Ok(()) => {}
             Err(Stop::Output(e)) => return output_failure(e),
             Err(Stop::Capture(e)) => {
@@ -68,7 +68,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             }
         }
     }
-    let summary = if view == View::Json {
+    let summary = if matches!(view, View::Json(_)) {
         // Standard output stays one JSON object per line.
         tally.write_summary(&mut io::stderr().lock())
     } else {
@@ -98,11 +98,11 @@ impl From<io::Error> for Stop {
 fn decode_file(
     mut reader: Reader<std::fs::File>,
     file: Option<&Path>,
-    view: View,
+    view: &mut View,
     out: &mut impl Write,
     tally: &mut Tally,
 ) -> Result<(), Stop> {
-    if let (Some(path), View::Line | View::Tree) = (file, view) {
+    if let (Some(path), View::Line | View::Tree) = (file, &view) {
         writeln!(out, "{}:", path.display())?;
     }
     let mut first_time = None;
@@ -118,7 +118,7 @@ fn decode_file(
                 match view {
                     View::Line => text::line(out, &record, since_first, &description)?,
                     View::Tree => text::tree(out, &record, since_first, &description)?,
-                    View::Json => json::packet(out, &record, file, &description)?,
+                    View::Json(json) => json.packet(out, &record, file, &description)?,
                 }
             }
             Err(Error::NotRoce(_)) => tally.not_roce(),
@@ -126,7 +126,7 @@ fn decode_file(
                 tally.malformed();
                 match view {
                     View::Line | View::Tree => text::malformed(out, &record, since_first, &error)?,
-                    View::Json => json::malformed(out, &record, file, &error)?,
+                    View::Json(json) => json.malformed(out, &record, file, &error)?,
                 }
             }
         }

@@ -99,7 +99,7 @@ fn field_line(out: &mut impl Write, field: &Field, frame: &[u8]) -> io::Result<(
     if let Some(bits) = field.bit_pattern(frame) {
         write!(out, "{bits} = ")?;
     }
-    writeln!(out, "{}: {}  [{}]", field.name, field, field.key)
+    writeln!(out, "{}: {}  [{}]", field.name(), field, field.key())
 }
 
 fn heading(layer: Layer) -> &'static str {
