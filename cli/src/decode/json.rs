@@ -41,15 +41,18 @@ impl Json {
     ) -> io::Result<()> {
         self.start(record, file)?;
         let line = &mut self.line;
-        let mut add = |field: &Field| {
-            line.extend_from_slice(field.json_entry().as_bytes());
+        let add = |field: &Field| {
+            let (padded, len) = field.padded_json_entry();
+            let at = line.len();
+            line.extend_from_slice(padded);
+            line.truncate(at + len);
             value(line, &field.value);
             Ok::<(), io::Error>(())
         };
         if self.every_field {
-            description.visit(&mut add)?;
+            description.visit(add)?;
         } else {
-            description.visit_essential(&mut add)?;
+            description.visit_essential(add)?;
         }
         self.finish(out)
     }
@@ -92,8 +95,14 @@ impl Json {
     }
 }
 
+#[inline(always)]
 fn number(line: &mut Vec<u8>, n: u64) {
-    line.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+    // Flags, counts and small codes are most of the numbers: one digit, one byte.
+    if n < 10 {
+        line.push(b'0' + n as u8);
+    } else {
+        line.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+    }
 }
 
 /// Seconds since the epoch to the nanosecond, as a string: tshark's `frame.time_epoch`, with no
@@ -102,11 +111,10 @@ fn epoch(line: &mut Vec<u8>, t: Duration) {
     line.push(b'"');
     number(line, t.as_secs());
     line.push(b'.');
-    let nanos = t.subsec_nanos();
+    // Nine digits with leading zeros: those of 1_000_000_000 + nanos, after its leading 1.
     let mut digits = itoa::Buffer::new();
-    let digits = digits.format(nanos).as_bytes();
-    line.extend(std::iter::repeat_n(b'0', 9 - digits.len()));
-    line.extend_from_slice(digits);
+    let digits = digits.format(1_000_000_000 + t.subsec_nanos()).as_bytes();
+    line.extend_from_slice(&digits[1..]);
     line.push(b'"');
 }
 
@@ -124,6 +132,7 @@ fn hex_bytes(line: &mut Vec<u8>, bytes: &[u8]) {
     line.push(b'"');
 }
 
+#[inline(always)]
 fn value(line: &mut Vec<u8>, v: &Value) {
     match *v {
         Value::Uint(n, _) => number(line, n),

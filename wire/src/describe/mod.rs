@@ -28,6 +28,9 @@ use crate::{EthernetAddress, Ipv4Address, Ipv6Address, Layer};
 
 pub use summary::Summary;
 
+/// The size of [`Field::padded_json_entry`].
+pub const PADDED_JSON_ENTRY: usize = tables::PADDED_ENTRY;
+
 /// The prefix of the keys of fields tshark has no name for (FECN, BECN, FETH, the ICRC
 /// verdict...). tshark's names never start with it, so the two sets cannot collide.
 pub const OWN_PREFIX: &str = "roce.";
@@ -136,10 +139,22 @@ pub struct Field<'a> {
     /// The bytes of the frame that hold it.
     pub bytes: Range<usize>,
     pub value: Value<'a>,
-    pub words: Words,
+    /// What the value means; put into [`Words`] only when someone asks.
+    meaning: tables::Meaning,
 }
 
 impl<'a> Field<'a> {
+    /// What the value means, where a number alone would not say (`RC SEND_ONLY`, `NAK,
+    /// remote access error`, `ok`).
+    pub fn words(&self) -> Words {
+        let number = match self.value {
+            Value::Uint(n, _) => n,
+            Value::Flag(b) => b.into(),
+            _ => 0,
+        };
+        walk::words(self.meaning, number)
+    }
+
     /// What a person calls it.
     pub fn name(&self) -> &'static str {
         self.spec.name
@@ -156,6 +171,13 @@ impl<'a> Field<'a> {
         self.spec.entry
     }
 
+    /// [`Field::json_entry`] padded with spaces to a fixed size, and its own length: a writer
+    /// that copies the whole array and then cuts back to the length makes a fixed-size copy,
+    /// which compiles to a few stores instead of a call.
+    pub fn padded_json_entry(&self) -> (&'static [u8; PADDED_JSON_ENTRY], usize) {
+        (&self.spec.padded_entry, self.spec.entry.len())
+    }
+
     /// For a field narrower than its bytes, the bits that are its own, over those bytes read as
     /// one big-endian number.
     pub fn mask(&self) -> Option<u32> {
@@ -163,8 +185,9 @@ impl<'a> Field<'a> {
     }
 
     /// Part of what a RoCE tool looks at: the addresses, ports, priority and ECN marks of the
-    /// layers below, and every field of the transport headers, payload and ICRC. The others
-    /// (IP version, lengths, checksums, ...) belong to the full views.
+    /// layers below, and every field of the transport headers but their reserved bits, the
+    /// payload length and the ICRC. The others (IP version, lengths, checksums, reserved bits,
+    /// pad bytes, ...) belong to the full views.
     pub fn essential(&self) -> bool {
         self.spec.depth == tables::Depth::Essential
     }
@@ -195,8 +218,9 @@ impl<'a> Field<'a> {
 impl fmt::Display for Field<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.value)?;
-        if self.words != Words::None {
-            write!(f, " ({})", self.words)?;
+        let words = self.words();
+        if words != Words::None {
+            write!(f, " ({words})")?;
         }
         Ok(())
     }

@@ -37,6 +37,8 @@ pub(super) enum Meaning {
     Selectivity,
     Placement,
     UdpChecksum,
+    /// The ICRC against the one computed (set by the walker: it depends on the packet).
+    Icrc(crate::icrc::Check),
 }
 
 /// Whether a field is part of what a RoCE tool looks at (see [`super::Field::essential`]).
@@ -54,11 +56,29 @@ pub(super) struct Spec {
     /// The key as it opens a JSON entry that follows another, `,"key":`, made once here so a
     /// JSON writer need not quote keys per packet. [`Spec::key`] is the key itself.
     pub entry: &'static str,
+    /// [`Spec::entry`] followed by spaces up to a fixed size: copied whole, a fixed-size copy
+    /// compiles to a few stores where a copy of a length known only at run time is a call.
+    pub padded_entry: [u8; PADDED_ENTRY],
     pub at: usize,
     pub len: usize,
     pub mask: u32,
     pub shape: Shape,
     pub meaning: Meaning,
+}
+
+/// Room for the longest JSON entry, `,"infiniband.aeth.syndrome.reserved_value":`, and then
+/// some; a longer key fails to compile.
+pub(super) const PADDED_ENTRY: usize = 48;
+
+pub(super) const fn pad_entry(entry: &str) -> [u8; PADDED_ENTRY] {
+    let mut padded = [b' '; PADDED_ENTRY];
+    let bytes = entry.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        padded[i] = bytes[i];
+        i += 1;
+    }
+    padded
 }
 
 impl Spec {
@@ -75,6 +95,7 @@ macro_rules! spec {
             depth: $depth,
             name: $name,
             entry: concat!(",\"", $key, "\":"),
+            padded_entry: $crate::describe::tables::pad_entry(concat!(",\"", $key, "\":")),
             at: $at,
             len: $len,
             mask: $mask,
@@ -169,7 +190,7 @@ pub(super) const BTH: &[Spec] = &[
     spec!(E, "BECN",            "roce.bth.becn",            (4, 1, 0x40), Flag,   M::Fixed("congestion on the way back")),
     spec!(E, "Destination QP",  "infiniband.bth.destqp",    (5, 3, 0),    Hex(6), NONE),
     spec!(E, "AckReq",          "infiniband.bth.a",         (8, 1, 0x80), Flag,   NONE),
-    spec!(E, "Reserved",        "infiniband.bth.reserved7", (8, 1, 0x7f), Dec,    NONE),
+    spec!(D, "Reserved",        "infiniband.bth.reserved7", (8, 1, 0x7f), Dec,    NONE),
     spec!(E, "PSN",             "infiniband.bth.psn",       (9, 3, 0),    Dec,    NONE),
 ];
 
@@ -207,7 +228,7 @@ pub(super) const ATOMIC_ETH: &[Spec] = &[
 #[rustfmt::skip]
 pub(super) const AETH: &[Spec] = &[
     spec!(E, "Syndrome", "infiniband.aeth.syndrome",          (0, 1, 0),    Hex(2), M::Syndrome),
-    spec!(E, "Reserved", "infiniband.aeth.syndrome.reserved", (0, 1, 0x80), Dec,    NONE),
+    spec!(D, "Reserved", "infiniband.aeth.syndrome.reserved", (0, 1, 0x80), Dec,    NONE),
     spec!(E, "Kind",     "infiniband.aeth.syndrome.opcode",   (0, 1, 0x60), Dec,    M::SyndromeKind),
 ];
 
