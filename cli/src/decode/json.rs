@@ -80,8 +80,10 @@ impl Json {
         epoch(line, record.timestamp);
         line.extend_from_slice(b",\"frame.len\":");
         number(line, record.original_len.into());
-        line.extend_from_slice(b",\"frame.cap_len\":");
-        number(line, record.data.len() as u64);
+        if self.every_field {
+            line.extend_from_slice(b",\"frame.cap_len\":");
+            number(line, record.data.len() as u64);
+        }
         if let Some(path) = file {
             line.extend_from_slice(b",\"roce.file\":");
             serde_json::to_writer(&mut *line, &path.display().to_string())?;

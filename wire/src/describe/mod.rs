@@ -184,10 +184,10 @@ impl<'a> Field<'a> {
         (self.spec.mask != 0).then_some(self.spec.mask)
     }
 
-    /// Part of what a RoCE tool looks at: the addresses, ports, priority and ECN marks of the
-    /// layers below, and every field of the transport headers but their reserved bits, the
-    /// payload length and the ICRC. The others (IP version, lengths, checksums, reserved bits,
-    /// pad bytes, ...) belong to the full views.
+    /// Part of what a RoCE tool looks at: the IP addresses (or GIDs), ports, VLAN and priority
+    /// and ECN marks of the layers below, and every field of the transport headers but their
+    /// reserved bits, the payload length and the ICRC. The others (MAC addresses, IP version,
+    /// lengths, checksums, reserved bits, pad bytes, ...) belong to the full views.
     pub fn essential(&self) -> bool {
         self.spec.depth == tables::Depth::Essential
     }

@@ -113,8 +113,8 @@ const NONE: Meaning = Meaning::None;
 
 #[rustfmt::skip]
 pub(super) const ETHERNET: &[Spec] = &[
-    spec!(E, "Destination", "eth.dst",  (0, 6, 0),  Mac,     NONE),
-    spec!(E, "Source",      "eth.src",  (6, 6, 0),  Mac,     NONE),
+    spec!(D, "Destination", "eth.dst",  (0, 6, 0),  Mac,     NONE),
+    spec!(D, "Source",      "eth.src",  (6, 6, 0),  Mac,     NONE),
     spec!(D, "Type",        "eth.type", (12, 2, 0), Hex(4),  M::EtherType),
 ];
 

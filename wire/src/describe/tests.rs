@@ -337,10 +337,10 @@ fn visit_stops_at_the_first_error() {
 
 #[test]
 fn the_essential_fields_are_the_ones_marked_so_and_name_the_packet() {
-    for (op, network) in [
-        (Kind::SendOnly, networks()[0]),
-        (Kind::ReadRequest, networks()[1]),
-        (Kind::Acknowledge, networks()[2]),
+    for (op, network, source) in [
+        (Kind::SendOnly, networks()[0], "ip.src"),
+        (Kind::ReadRequest, networks()[1], "ipv6.src"),
+        (Kind::Acknowledge, networks()[2], "infiniband.grh.sgid"),
     ] {
         let op = Opcode::new(Transport::Rc, op).unwrap();
         let vlan = Some(VlanTag {
@@ -361,10 +361,14 @@ fn the_essential_fields_are_the_ones_marked_so_and_name_the_packet() {
         assert_eq!(essential, marked);
         assert!(essential.len() < all.len());
         let keys: Vec<&str> = essential.iter().map(|f| f.key()).collect();
-        for key in ["eth.src", "vlan.id", "vlan.priority", "infiniband.bth.psn"] {
+        for key in [source, "vlan.id", "vlan.priority", "infiniband.bth.psn"] {
             assert!(keys.contains(&key), "{key} in {keys:?}");
         }
         assert!(!keys.contains(&"ip.checksum") && !keys.contains(&"udp.length"));
+        assert!(
+            !keys.contains(&"eth.src"),
+            "MAC addresses are for the full views"
+        );
         // Every transport field is essential but reserved bits and pad bytes.
         let detail = [
             "infiniband.bth.reserved7",
