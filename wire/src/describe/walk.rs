@@ -11,12 +11,7 @@ use crate::icrc::Check;
 use crate::opcode::{Headers, Opcode};
 use crate::{EthernetAddress, Ipv4Address, Ipv6Address, Layer};
 
-/// What the walker hands fields to. Generic rather than `dyn`: the walk is compiled for each
-/// view, with no indirect call per field (this runs for every field of every packet that
-/// `roce decode --json` prints).
-pub(super) trait Visitor<'a, E>: FnMut(&Field<'a>) -> Result<(), E> {}
-
-impl<'a, E, F: FnMut(&Field<'a>) -> Result<(), E>> Visitor<'a, E> for F {}
+use super::Visit;
 
 pub(super) struct Walker<'f, 'a> {
     frame: &'f Frame<'a>,
@@ -37,14 +32,14 @@ impl<'f, 'a> Walker<'f, 'a> {
 
     /// Hands on a field the walker makes itself (not read from a table row), unless only
     /// essential fields are wanted and it is not one.
-    fn give<E, V: Visitor<'a, E>>(
+    fn give<V: Visit<'a>>(
         &self,
         each: &mut V,
         spec: &'static Spec,
         bytes: Range<usize>,
         value: Value<'a>,
         meaning: Meaning,
-    ) -> Result<(), E> {
+    ) -> Result<(), V::Error> {
         if self.essential_only && spec.depth == Depth::Detail {
             return Ok(());
         }
@@ -55,7 +50,7 @@ impl<'f, 'a> Walker<'f, 'a> {
         } else {
             Layer::Payload
         };
-        each(&Field {
+        each.field(&Field {
             layer,
             spec,
             bytes,
@@ -64,7 +59,7 @@ impl<'f, 'a> Walker<'f, 'a> {
         })
     }
 
-    pub(super) fn walk<E, V: Visitor<'a, E>>(&self, each: &mut V) -> Result<(), E> {
+    pub(super) fn walk<V: Visit<'a>>(&self, each: &mut V) -> Result<(), V::Error> {
         let layout = &self.frame.layout;
         if let Some(eth) = self.frame.repr.ethernet {
             self.table(each, Layer::Ethernet, 0, tables::ETHERNET)?;
@@ -95,30 +90,30 @@ impl<'f, 'a> Walker<'f, 'a> {
         self.trailer(each)
     }
 
-    fn table<E, V: Visitor<'a, E>>(
+    fn table<V: Visit<'a>>(
         &self,
         each: &mut V,
         layer: Layer,
         base: usize,
         specs: &'static [Spec],
-    ) -> Result<(), E> {
+    ) -> Result<(), V::Error> {
         for spec in specs {
             if self.essential_only && spec.depth == Depth::Detail {
                 continue;
             }
             if let Some(field) = self.read(layer, base, spec) {
-                each(&field)?;
+                each.field(&field)?;
             }
         }
         Ok(())
     }
 
-    fn extension<E, V: Visitor<'a, E>>(
+    fn extension<V: Visit<'a>>(
         &self,
         each: &mut V,
         header: Headers,
         at: usize,
-    ) -> Result<(), E> {
+    ) -> Result<(), V::Error> {
         let (layer, specs) = match header {
             Headers::DETH => (Layer::Deth, tables::DETH),
             Headers::FETH => (Layer::Feth, tables::FETH),
@@ -133,7 +128,7 @@ impl<'f, 'a> Walker<'f, 'a> {
         self.table(each, layer, at, specs)
     }
 
-    fn aeth<E, V: Visitor<'a, E>>(&self, each: &mut V, at: usize) -> Result<(), E> {
+    fn aeth<V: Visit<'a>>(&self, each: &mut V, at: usize) -> Result<(), V::Error> {
         self.table(each, Layer::Aeth, at, tables::AETH)?;
         let Some(&syndrome) = self.bytes.get(at) else {
             return Ok(());
@@ -141,7 +136,7 @@ impl<'f, 'a> Walker<'f, 'a> {
         let detail = &tables::AETH_DETAIL[usize::from((syndrome >> 5) & 0x3)];
         for spec in [detail, &tables::AETH_MSN] {
             if let Some(field) = self.read(Layer::Aeth, at, spec) {
-                each(&field)?;
+                each.field(&field)?;
             }
         }
         Ok(())
@@ -186,7 +181,7 @@ impl<'f, 'a> Walker<'f, 'a> {
         })
     }
 
-    fn ipv4_options<E, V: Visitor<'a, E>>(&self, each: &mut V) -> Result<(), E> {
+    fn ipv4_options<V: Visit<'a>>(&self, each: &mut V) -> Result<(), V::Error> {
         let network = &self.frame.layout.network;
         let options = network.start + 20..network.end;
         match self.bytes.get(options.clone()) {
@@ -203,7 +198,7 @@ impl<'f, 'a> Walker<'f, 'a> {
 
     /// Payload, pad and ICRC. tshark's `data.len` counts payload and pad together, and is
     /// there only when there is at least one byte of either.
-    fn payload<E, V: Visitor<'a, E>>(&self, each: &mut V) -> Result<(), E> {
+    fn payload<V: Visit<'a>>(&self, each: &mut V) -> Result<(), V::Error> {
         let layout = &self.frame.layout;
         let count = |range: &Range<usize>| Value::Uint(range.len() as u64, Base::Dec);
         let data = layout.payload.start..layout.pad.end;
@@ -244,7 +239,7 @@ impl<'f, 'a> Walker<'f, 'a> {
     }
 
     /// Bytes after the IP packet: Ethernet's minimum-size padding.
-    fn trailer<E, V: Visitor<'a, E>>(&self, each: &mut V) -> Result<(), E> {
+    fn trailer<V: Visit<'a>>(&self, each: &mut V) -> Result<(), V::Error> {
         let trailer = self.frame.layout.trailer.clone();
         match self.bytes.get(trailer.clone()) {
             Some(raw) if !raw.is_empty() && self.frame.repr.ethernet.is_some() => self.give(
