@@ -15,9 +15,14 @@ pub fn captures_dir() -> PathBuf {
     workspace().join("captures")
 }
 
-/// Real third-party captures, beside the workspace rather than in it.
+/// Real third-party captures, beside the workspace rather than in it: `../shared/captures`, or
+/// `$ROCE_SHARED_CAPTURES` for a checkout that does not sit beside `shared/` (a git worktree
+/// elsewhere, say).
 pub fn shared_captures_dir() -> PathBuf {
-    workspace().join("../shared/captures")
+    match std::env::var_os("ROCE_SHARED_CAPTURES") {
+        Some(dir) => PathBuf::from(dir),
+        None => workspace().join("../shared/captures"),
+    }
 }
 
 /// Whether the run is CI's (`ROCE_CI=1`), where nothing may skip.

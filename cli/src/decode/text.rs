@@ -9,26 +9,18 @@ use roce_wire::{Error, Layer};
 
 use super::link_header_len;
 
-/// Seconds since the capture's first packet, to the microsecond, as tshark's packet list shows.
-struct Since(Duration);
-
-impl std::fmt::Display for Since {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}.{:06}", self.0.as_secs(), self.0.subsec_micros())
-    }
-}
-
 pub fn line(
     out: &mut impl Write,
     record: &Record,
     since_first: Duration,
     description: &Description,
 ) -> io::Result<()> {
+    // Seconds since the capture's first packet, to the microsecond, as tshark's packet list.
     writeln!(
         out,
-        "{:>5} {:>10} {}",
+        "{:>5} {:>10.6} {}",
         record.number,
-        Since(since_first),
+        since_first.as_secs_f64(),
         description.summary()
     )
 }
@@ -41,9 +33,9 @@ pub fn malformed(
 ) -> io::Result<()> {
     write!(
         out,
-        "{:>5} {:>10} malformed: {error}",
+        "{:>5} {:>10.6} malformed: {error}",
         record.number,
-        Since(since_first)
+        since_first.as_secs_f64()
     )?;
     if record.data.len() < record.original_len as usize {
         write!(
