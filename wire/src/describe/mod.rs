@@ -165,15 +165,10 @@ impl<'a> Field<'a> {
         self.spec.key()
     }
 
-    /// The key as it opens a JSON entry that follows another: `,"key":`. Keys are plain
-    /// ASCII names that JSON never escapes.
-    pub fn json_entry(&self) -> &'static str {
-        self.spec.entry
-    }
-
-    /// [`Field::json_entry`] padded with spaces to a fixed size, and its own length: a writer
-    /// that copies the whole array and then cuts back to the length makes a fixed-size copy,
-    /// which compiles to a few stores instead of a call.
+    /// The key as it opens a JSON entry that follows another, `,"key":` (keys are plain ASCII
+    /// names that JSON never escapes), padded with spaces to a fixed size, and the entry's own
+    /// length: a writer that copies the whole array and then cuts back to the length makes a
+    /// fixed-size copy, which compiles to a few stores instead of a call.
     pub fn padded_json_entry(&self) -> (&'static [u8; PADDED_JSON_ENTRY], usize) {
         (&self.spec.padded_entry, self.spec.entry.len())
     }
@@ -190,11 +185,6 @@ impl<'a> Field<'a> {
     /// lengths, checksums, reserved bits, pad bytes, ...) belong to the full views.
     pub fn essential(&self) -> bool {
         self.spec.depth == tables::Depth::Essential
-    }
-
-    /// Whether tshark knows this field by [`Field::key`].
-    pub fn is_tshark(&self) -> bool {
-        !self.key().starts_with(OWN_PREFIX)
     }
 
     /// The field's bits drawn as tshark does (`..11 ....`), given the frame's bytes; `None` for

@@ -35,7 +35,7 @@ impl<'f, 'a> Walker<'f, 'a> {
     fn give<V: Visit<'a>>(
         &self,
         each: &mut V,
-        spec: &'static Spec,
+        (layer, spec): (Layer, &'static Spec),
         bytes: Range<usize>,
         value: Value<'a>,
         meaning: Meaning,
@@ -43,13 +43,6 @@ impl<'f, 'a> Walker<'f, 'a> {
         if self.essential_only && spec.depth == Depth::Detail {
             return Ok(());
         }
-        let layer = if core::ptr::eq(spec, &other::ETH_PADDING) {
-            Layer::Ethernet
-        } else if core::ptr::eq(spec, &other::IP_OPTIONS) {
-            Layer::Ipv4
-        } else {
-            Layer::Payload
-        };
         each.field(&Field {
             layer,
             spec,
@@ -187,7 +180,7 @@ impl<'f, 'a> Walker<'f, 'a> {
         match self.bytes.get(options.clone()) {
             Some(raw) if !raw.is_empty() => self.give(
                 each,
-                &other::IP_OPTIONS,
+                (Layer::Ipv4, &other::IP_OPTIONS),
                 options,
                 Value::Bytes(raw),
                 Meaning::None,
@@ -204,16 +197,34 @@ impl<'f, 'a> Walker<'f, 'a> {
         let data = layout.payload.start..layout.pad.end;
         if !data.is_empty() {
             let len = count(&data);
-            self.give(each, &other::DATA_LEN, data, len, Meaning::None)?;
+            self.give(
+                each,
+                (Layer::Payload, &other::DATA_LEN),
+                data,
+                len,
+                Meaning::None,
+            )?;
         }
         if self.frame.repr.bth.opcode.has_payload() {
             let payload = layout.payload.clone();
             let len = count(&payload);
-            self.give(each, &other::PAYLOAD_LEN, payload, len, Meaning::None)?;
+            self.give(
+                each,
+                (Layer::Payload, &other::PAYLOAD_LEN),
+                payload,
+                len,
+                Meaning::None,
+            )?;
         }
         if let Some(pad) = self.bytes.get(layout.pad.clone()).filter(|p| !p.is_empty()) {
             let range = layout.pad.clone();
-            self.give(each, &other::PAD, range, Value::Bytes(pad), Meaning::None)?;
+            self.give(
+                each,
+                (Layer::Payload, &other::PAD),
+                range,
+                Value::Bytes(pad),
+                Meaning::None,
+            )?;
         }
         let icrc = layout.icrc.clone();
         let crc = |value: u32| Value::Uint(wire_order(value).into(), Base::Hex(8));
@@ -221,7 +232,7 @@ impl<'f, 'a> Walker<'f, 'a> {
         let found = crc(check.found);
         self.give(
             each,
-            &other::ICRC,
+            (Layer::Payload, &other::ICRC),
             icrc.clone(),
             found,
             Meaning::Icrc(check),
@@ -229,13 +240,19 @@ impl<'f, 'a> Walker<'f, 'a> {
         let expected = crc(check.expected);
         self.give(
             each,
-            &other::ICRC_EXPECTED,
+            (Layer::Payload, &other::ICRC_EXPECTED),
             icrc.clone(),
             expected,
             Meaning::None,
         )?;
         let status = Value::Text(if check.is_ok() { "ok" } else { "bad" });
-        self.give(each, &other::ICRC_STATUS, icrc, status, Meaning::None)
+        self.give(
+            each,
+            (Layer::Payload, &other::ICRC_STATUS),
+            icrc,
+            status,
+            Meaning::None,
+        )
     }
 
     /// Bytes after the IP packet: Ethernet's minimum-size padding.
@@ -244,7 +261,7 @@ impl<'f, 'a> Walker<'f, 'a> {
         match self.bytes.get(trailer.clone()) {
             Some(raw) if !raw.is_empty() && self.frame.repr.ethernet.is_some() => self.give(
                 each,
-                &other::ETH_PADDING,
+                (Layer::Ethernet, &other::ETH_PADDING),
                 trailer,
                 Value::Bytes(raw),
                 Meaning::None,
