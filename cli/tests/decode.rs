@@ -258,4 +258,8 @@ fn a_capture_cut_short_prints_what_it_has_then_one_error_line() {
         )
     );
     assert_eq!(stdout(&output).lines().count(), 41);
+    // JSON, which is handed on in chunks, also shows everything before the damage.
+    let json = roce(&["--json"], &[&cut]);
+    assert_eq!(json.status.code(), Some(2));
+    assert_eq!(stdout(&json).lines().count(), 41);
 }

@@ -19,7 +19,12 @@ use roce_wire::capture::Record;
 use roce_wire::describe::{Description, Field, Value, Visit};
 use roce_wire::Error;
 
-/// Renders packets as JSON lines, reusing one buffer.
+/// Output is handed on in chunks of about this size: one copy less per packet than writing each
+/// line to a buffered writer, which would copy it into its own buffer.
+const CHUNK: usize = 1 << 16;
+
+/// Renders packets as JSON lines into a buffer it hands on in chunks; [`Json::flush`] hands on
+/// the rest.
 pub struct Json {
     every_field: bool,
     line: Vec<u8>,
@@ -29,8 +34,15 @@ impl Json {
     pub fn new(every_field: bool) -> Json {
         Json {
             every_field,
-            line: Vec::with_capacity(4096),
+            line: Vec::with_capacity(CHUNK + 4096),
         }
+    }
+
+    /// Writes out what is buffered.
+    pub fn flush(&mut self, out: &mut impl Write) -> io::Result<()> {
+        out.write_all(&self.line)?;
+        self.line.clear();
+        Ok(())
     }
 
     pub fn packet(
@@ -66,7 +78,6 @@ impl Json {
     /// Opens the object with the record's own fields.
     fn start(&mut self, record: &Record, file: Option<&Path>) -> io::Result<()> {
         let line = &mut self.line;
-        line.clear();
         line.extend_from_slice(b"{\"frame.number\":");
         number(line, record.number);
         line.extend_from_slice(b",\"frame.time_epoch\":");
@@ -86,7 +97,10 @@ impl Json {
 
     fn finish(&mut self, out: &mut impl Write) -> io::Result<()> {
         self.line.extend_from_slice(b"}\n");
-        out.write_all(&self.line)
+        if self.line.len() >= CHUNK {
+            self.flush(out)?;
+        }
+        Ok(())
     }
 }
 
@@ -95,6 +109,8 @@ fn number(line: &mut Vec<u8>, n: u64) {
     // Flags, counts and small codes are most of the numbers: one digit, one byte.
     if n < 10 {
         line.push(b'0' + n as u8);
+    } else if n < 100 {
+        line.extend_from_slice(&[b'0' + (n / 10) as u8, b'0' + (n % 10) as u8]);
     } else {
         line.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
     }
@@ -220,6 +236,7 @@ mod tests {
                 let description = Description::new(&frame);
                 let mut out = Vec::new();
                 json.packet(&mut out, &record, None, &description)
+                    .and_then(|()| json.flush(&mut out))
                     .expect("writing to memory");
                 assert_eq!(out.last(), Some(&b'\n'));
                 let ours: serde_json::Value = serde_json::from_slice(&out).expect("valid JSON");
@@ -252,6 +269,7 @@ mod tests {
             Some(Path::new("a \"quoted\" name.pcap")),
             &Error::UnknownOpcode(0x44),
         )
+        .and_then(|()| json.flush(&mut out))
         .expect("writing to memory");
         let v: serde_json::Value = serde_json::from_slice(&out).expect("valid JSON");
         assert_eq!(v["roce.file"], "a \"quoted\" name.pcap");

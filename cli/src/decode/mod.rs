@@ -105,6 +105,21 @@ fn decode_file(
     if let (Some(path), View::Line | View::Tree) = (file, &view) {
         writeln!(out, "{}:", path.display())?;
     }
+    let decoded = decode_records(&mut reader, file, view, out, tally);
+    // Whatever was decoded goes out, even before a damaged record.
+    if let View::Json(json) = view {
+        json.flush(out)?;
+    }
+    decoded
+}
+
+fn decode_records(
+    reader: &mut Reader<std::fs::File>,
+    file: Option<&Path>,
+    view: &mut View,
+    out: &mut impl Write,
+    tally: &mut Tally,
+) -> Result<(), Stop> {
     let mut first_time = None;
     while let Some(record) = reader.next_record() {
         let record = record.map_err(Stop::Capture)?;
