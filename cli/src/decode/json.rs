@@ -166,7 +166,9 @@ fn hex_bytes(line: &mut Vec<u8>, bytes: &[u8]) {
 fn value(line: &mut Vec<u8>, v: &Value) {
     match *v {
         Value::Uint(n, _) => number(line, n),
-        Value::Flag(b) => line.extend_from_slice(if b { b"true" } else { b"false" }),
+        // Two fixed-size copies rather than one of either size, which would be a call.
+        Value::Flag(true) => line.extend_from_slice(b"true"),
+        Value::Flag(false) => line.extend_from_slice(b"false"),
         Value::Mac(mac) => hex_bytes(line, &mac.0),
         Value::Bytes(bytes) => hex_bytes(line, bytes),
         Value::Ipv4(a) => {
