@@ -1100,4 +1100,34 @@ mod tests {
             assert_eq!(ext.headers(), op.headers(), "{op}");
         }
     }
+
+    #[test]
+    fn ipv4_options_are_stepped_over() {
+        let mut frame = emitted(&sample(v4(), None));
+        // Four bytes of options (NOPs) after the 20-byte header: IHL 6, four more bytes.
+        frame.splice(34..34, [1, 1, 1, 1]);
+        frame[14] = 0x46;
+        let total = u16::from_be_bytes([frame[16], frame[17]]) + 4;
+        frame[16..18].copy_from_slice(&total.to_be_bytes());
+        Ipv4Packet::new_unchecked(&mut frame[14..38]).fill_checksum();
+        let icrc_at = frame.len() - ICRC_LEN;
+        let crc = icrc::compute(Scope::Ipv4, &frame[14..icrc_at]).unwrap();
+        icrc::write(&mut frame[icrc_at..], crc);
+
+        let parsed = Frame::parse(&frame).unwrap();
+        assert_eq!(parsed.layout.network, 14..38);
+        assert_eq!(parsed.layout.udp, Some(38..46));
+        assert_eq!(parsed.layout.bth, 46..58);
+        assert_eq!(parsed.payload(), [0x5a; 7]);
+        assert!(parsed.icrc().is_ok());
+        let fields = crate::describe::Description::new(&parsed).fields();
+        let options = fields
+            .iter()
+            .find(|f| f.key() == "roce.ip.options")
+            .unwrap();
+        assert_eq!(
+            (options.bytes.clone(), options.to_string()),
+            (34..38, "01:01:01:01".into())
+        );
+    }
 }

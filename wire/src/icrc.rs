@@ -259,4 +259,57 @@ mod tests {
         assert_eq!(compute(Scope::Ipv4, &[0x41; 60]), None);
         assert_eq!(compute(Scope::Ipv6, &[0x60; 59]), None);
     }
+
+    /// The ICRC by the book: the stand-in and the packet with its variant bytes set to ones, in
+    /// one buffer, through crc32fast in one go.
+    fn naive(packet: &[u8], masked: &[usize]) -> u32 {
+        let mut bytes = vec![0xff; 8];
+        bytes.extend_from_slice(packet);
+        for &at in masked {
+            bytes[8 + at] = 0xff;
+        }
+        crc32fast::hash(&bytes)
+    }
+
+    #[test]
+    fn ipv4_options_move_the_udp_and_bth_masks() {
+        // An IPv4 header with four bytes of options (IHL 6), UDP to 4791, a BTH and 8 bytes of
+        // payload; the masks must follow the options.
+        let mut packet = hex("46 00 0034 0001 4000 40 11 0000 0a000001 0a000002 01010101
+             c000 12b7 0020 1234
+             04 00 ffff c0 000011 80 000001
+             0102030405060708");
+        packet[1] = 0x2e; // some TOS, which is masked
+        let ihl = 24;
+        let masked = [1, 8, 10, 11, ihl + 6, ihl + 7, ihl + 8 + 4];
+        assert_eq!(compute(Scope::Ipv4, &packet), Some(naive(&packet, &masked)));
+        // And every byte outside the masks counts.
+        for at in (0..packet.len()).filter(|at| !masked.contains(at)) {
+            let mut changed = packet.clone();
+            changed[at] ^= 0x10;
+            assert_ne!(
+                compute(Scope::Ipv4, &changed),
+                compute(Scope::Ipv4, &packet),
+                "{at}"
+            );
+        }
+    }
+
+    #[test]
+    fn long_packets_split_between_calls_agree_with_one_call() {
+        // Lengths around the buffer's size and the 256-byte blocks, so that every way of
+        // splitting the packet between the stack buffer and the rest is taken.
+        for len in [
+            44, 100, 120, 200, 343, 344, 345, 600, 1000, 4136, 4137, 4400,
+        ] {
+            let mut packet: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
+            packet[0] = 0x45;
+            let masked = [1, 8, 10, 11, 26, 27, 32];
+            assert_eq!(
+                compute(Scope::Ipv4, &packet),
+                Some(naive(&packet, &masked)),
+                "{len}"
+            );
+        }
+    }
 }
