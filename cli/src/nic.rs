@@ -50,6 +50,10 @@ pub struct Args {
     /// (repeatable).
     #[arg(long = "neigh", value_name = "IP=MAC")]
     neighbours: Vec<String>,
+    /// Follow Soft-RoCE where it deviates from the IBTA spec (retry_cnt 7 retries for ever);
+    /// see docs/rxe-differences.md.
+    #[arg(long)]
+    rxe_compat: bool,
 }
 
 /// The media `--link` names.
@@ -116,6 +120,7 @@ fn config(args: &Args) -> Result<DeviceConfig, Failure> {
     host::check_name(&args.name).map_err(|e| Failure::usage(e.to_string()))?;
     let (ip, prefix) = parse_ip_with_prefix(&args.ip)?;
     let mut config = DeviceConfig::new(&args.name, ip);
+    config.rxe_compat = args.rxe_compat;
     if let Some(prefix) = prefix {
         config.prefix_lens.insert(ip, prefix);
     }
