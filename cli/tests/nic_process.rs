@@ -82,7 +82,7 @@ impl Initiator {
     }
 
     fn completion(&self) -> Wc {
-        let mut wc = [placeholder()];
+        let mut wc = [Wc::default()];
         let n = self.cq.try_wait(&mut wc, Some(PATIENCE)).unwrap();
         assert_eq!(n, 1, "no completion within {PATIENCE:?}");
         wc[0]
@@ -92,19 +92,6 @@ impl Initiator {
         let mut buf = vec![0; len];
         self.region.read(offset, &mut buf).unwrap();
         buf
-    }
-}
-
-fn placeholder() -> Wc {
-    Wc {
-        wr_id: 0,
-        status: WcStatus::GeneralErr,
-        opcode: WcOpcode::Send,
-        byte_len: 0,
-        imm_data: 0,
-        qp_num: 0,
-        src_qp: 0,
-        wc_flags: 0,
     }
 }
 
@@ -332,7 +319,7 @@ fn a_killed_nic_fails_the_hosts_next_verb_instead_of_hanging() {
     nic.wait(PATIENCE);
     let gone = format!("the NIC {} has stopped", a.name);
     let started = Instant::now();
-    let mut wc = [placeholder()];
+    let mut wc = [Wc::default()];
     let waited = host.cq.try_wait(&mut wc, Some(Duration::from_secs(60)));
     assert_eq!(waited.unwrap_err().to_string(), gone);
     assert!(started.elapsed() < Duration::from_secs(10));
@@ -387,7 +374,7 @@ fn sigterm_flushes_posted_work_and_removes_what_the_nic_made() {
         let wc = host.completion();
         assert_eq!((wc.wr_id, wc.status), (wr_id, WcStatus::WrFlushErr));
     }
-    let mut wc = [placeholder()];
+    let mut wc = [Wc::default()];
     let err = host.cq.try_wait(&mut wc, Some(PATIENCE)).unwrap_err();
     assert!(matches!(err, VerbsError::DeviceGone { .. }), "{err}");
     assert!(!env.socket(&a.name).exists(), "socket left behind");
