@@ -286,16 +286,7 @@ impl Setup {
     /// last one completed.
     fn writes(&self, n: u64, len: u32, depth: u64) -> Duration {
         let slots = (16 * MIB / u64::from(len)).max(1);
-        let mut wcs = [Wc {
-            wr_id: 0,
-            status: WcStatus::GeneralErr,
-            opcode: WcOpcode::Send,
-            byte_len: 0,
-            imm_data: 0,
-            qp_num: 0,
-            src_qp: 0,
-            wc_flags: 0,
-        }; 64];
+        let mut wcs = [Wc::default(); 64];
         let signal_every = SIGNAL_EVERY.min(depth / 2).max(1);
         let start = Instant::now();
         let (mut posted, mut done) = (0u64, 0u64);

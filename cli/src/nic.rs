@@ -43,8 +43,8 @@ pub struct Args {
     /// (repeatable).
     #[arg(long = "neigh", value_name = "IP=MAC")]
     neighbours: Vec<String>,
-    /// Follow Soft-RoCE (rdma_rxe) where it departs from the IBTA spec: retry_cnt 7 means
-    /// retry for ever (docs/rxe-differences.md).
+    /// Follow Soft-RoCE where it deviates from the IBTA spec (retry_cnt 7 retries for ever);
+    /// see docs/rxe-differences.md.
     #[arg(long)]
     rxe_compat: bool,
 }

@@ -140,7 +140,7 @@ fn nic_errors_are_one_clear_line() {
     let nic = |name: &str, ip: &str, link: &str| {
         env.run(&["nic", "--name", name, "--ip", ip, "--link", link])
     };
-    let cable = format!("cable:{},{}", a.local, a.remote);
+    let cable = a.link.clone();
     assert_fails(
         &nic("bad/name", "10.0.0.1", &cable),
         2,

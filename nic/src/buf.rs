@@ -23,6 +23,16 @@ impl BufPool {
         })
     }
 
+    /// A pool like [`BufPool::new`], stocked with `stock` buffers up front so that the data path
+    /// does not allocate while it warms up or when a burst briefly needs more frames than usual.
+    pub fn stocked(capacity: usize, stock: usize) -> Arc<BufPool> {
+        let pool = BufPool::new(capacity);
+        for _ in 0..stock.min(capacity) {
+            let _ = pool.free.push(vec![0u8; FRAME_CAPACITY].into_boxed_slice());
+        }
+        pool
+    }
+
     /// A buffer of [`FRAME_CAPACITY`] bytes with length 0.
     pub fn take(self: &Arc<Self>) -> FrameBuf {
         let data = self

@@ -224,7 +224,7 @@ impl Device {
             control: requests,
             waker: Arc::clone(&waker),
             link: Box::new(link),
-            pool: BufPool::new(4096),
+            pool: BufPool::stocked(4096, 384),
             counters: Arc::clone(&counters),
             rings: config.rings.clone(),
             rxe_compat: config.rxe_compat,

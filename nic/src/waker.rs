@@ -145,8 +145,15 @@ impl Waker {
 
     /// Engine side: sleeps until the eventfd is readable, one of `interests` is ready, or
     /// `timeout` passes.
-    pub fn sleep(&self, interests: &[Interest], timeout: Option<Duration>) {
-        let mut pollfds: Vec<libc::pollfd> = Vec::with_capacity(1 + interests.len());
+    ///
+    /// `pollfds` is scratch space the caller keeps, so that sleeping allocates nothing.
+    pub fn sleep(
+        &self,
+        interests: &[Interest],
+        timeout: Option<Duration>,
+        pollfds: &mut Vec<libc::pollfd>,
+    ) {
+        pollfds.clear();
         pollfds.push(libc::pollfd {
             fd: self.eventfd.as_raw_fd(),
             events: libc::POLLIN,

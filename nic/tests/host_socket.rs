@@ -112,16 +112,7 @@ fn connect_qps(a: &Host, b: &Host) {
 }
 
 fn completion(host: &Host) -> Wc {
-    let mut wc = [Wc {
-        wr_id: 0,
-        status: WcStatus::GeneralErr,
-        opcode: WcOpcode::Send,
-        byte_len: 0,
-        imm_data: 0,
-        qp_num: 0,
-        src_qp: 0,
-        wc_flags: 0,
-    }];
+    let mut wc = [Wc::default()];
     let n = host
         .cq
         .try_wait(&mut wc, Some(Duration::from_secs(10)))
@@ -261,7 +252,7 @@ fn a_stopped_nic_fails_the_next_verb_instead_of_hanging() {
         b: other_nic,
     } = nics;
     let waiter = std::thread::spawn(move || {
-        let mut wc = [completion_placeholder()];
+        let mut wc = [Wc::default()];
         let started = Instant::now();
         let result = a.cq.try_wait(&mut wc, Some(Duration::from_secs(30)));
         (a, result, started.elapsed())
@@ -298,19 +289,6 @@ fn a_stopped_nic_fails_the_next_verb_instead_of_hanging() {
         queried.unwrap_err().to_string(),
         format!("the NIC {nic} has stopped")
     );
-}
-
-fn completion_placeholder() -> Wc {
-    Wc {
-        wr_id: 0,
-        status: WcStatus::GeneralErr,
-        opcode: WcOpcode::Send,
-        byte_len: 0,
-        imm_data: 0,
-        qp_num: 0,
-        src_qp: 0,
-        wc_flags: 0,
-    }
 }
 
 #[test]

@@ -77,16 +77,7 @@ fn write_read_and_atomics_complete_while_the_target_thread_is_parked() {
 
     region.write(0, b"written while you were parked").unwrap();
     let wait = |wr_id: u64| {
-        let mut wc = [Wc {
-            wr_id: 0,
-            status: WcStatus::GeneralErr,
-            opcode: WcOpcode::Send,
-            byte_len: 0,
-            imm_data: 0,
-            qp_num: 0,
-            src_qp: 0,
-            wc_flags: 0,
-        }];
+        let mut wc = [Wc::default()];
         assert_eq!(
             cq.wait(&mut wc, Some(std::time::Duration::from_secs(10))),
             1

@@ -53,16 +53,7 @@ fn ud_host(dev: &Device, qkey: u32) -> UdHost {
 }
 
 fn wait(cq: &CompletionQueue, timeout: Duration) -> Option<Wc> {
-    let mut wc = [Wc {
-        wr_id: 0,
-        status: WcStatus::GeneralErr,
-        opcode: WcOpcode::Send,
-        byte_len: 0,
-        imm_data: 0,
-        qp_num: 0,
-        src_qp: 0,
-        wc_flags: 0,
-    }];
+    let mut wc = [Wc::default()];
     (cq.wait(&mut wc, Some(timeout)) == 1).then_some(wc[0])
 }
 

@@ -202,6 +202,9 @@ impl Repr {
         }
     }
 
+    // Inlined: returned through memory, the result is read back in wider loads than it was
+    // written with, which stalls store forwarding on the parse path of every packet.
+    #[inline(always)]
     pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<Repr, Error> {
         packet.check_len()?;
         Ok(Repr {

@@ -16,7 +16,7 @@ use smoltcp::wire::{
 
 use crate::error::{check_len, Error, Layer, NotRoce};
 use crate::icrc::{self, Scope};
-use crate::opcode::Headers;
+use crate::opcode::{Headers, Opcode};
 use crate::{aeth, atomic_ack_eth, atomic_eth, be, bth, deth, feth, ieth, immdt, reth};
 
 /// The UDP destination port that marks RoCEv2.
@@ -157,6 +157,25 @@ pub struct Extensions {
 }
 
 impl Extensions {
+    /// The extension headers `opcode` calls for, every field zero (an AETH says ACK without
+    /// credit information), ready for the caller to fill in.
+    pub fn for_opcode(opcode: Opcode) -> Extensions {
+        let has = |h| opcode.headers().contains(h);
+        Extensions {
+            deth: has(Headers::DETH).then(deth::Repr::default),
+            feth: has(Headers::FETH).then(feth::Repr::default),
+            reth: has(Headers::RETH).then(reth::Repr::default),
+            atomic_eth: has(Headers::ATOMIC_ETH).then(atomic_eth::Repr::default),
+            aeth: has(Headers::AETH).then_some(aeth::Repr {
+                syndrome: aeth::Syndrome::ack(),
+                msn: 0,
+            }),
+            atomic_ack_eth: has(Headers::ATOMIC_ACK_ETH).then(atomic_ack_eth::Repr::default),
+            immdt: has(Headers::IMMDT).then(immdt::Repr::default),
+            ieth: has(Headers::IETH).then(ieth::Repr::default),
+        }
+    }
+
     /// The set of headers present.
     pub fn headers(&self) -> Headers {
         let mut h = Headers::NONE;
@@ -177,45 +196,47 @@ impl Extensions {
     }
 
     /// Parses the headers `which` from the start of `bytes`.
+    // Inlined, like the network parsers: a result handed back through memory is read back
+    // in wider loads than it was written with, which stalls store forwarding.
+    #[inline(always)]
     fn parse(which: Headers, bytes: &[u8]) -> Result<Extensions, Error> {
-        let mut ext = Extensions::default();
+        // One test per header, in wire order (the order of the fields below, which Rust
+        // evaluates in the order written), rather than a loop over the table: this runs for
+        // every packet.
         let mut at = 0;
-        for (header, len) in which.iter() {
-            let b = bytes.get(at..).unwrap_or_default();
-            match header {
-                Headers::DETH => {
-                    ext.deth = Some(deth::Repr::parse(&deth::Packet::new_checked(b)?)?)
-                }
-                Headers::FETH => {
-                    ext.feth = Some(feth::Repr::parse(&feth::Packet::new_checked(b)?)?)
-                }
-                Headers::RETH => {
-                    ext.reth = Some(reth::Repr::parse(&reth::Packet::new_checked(b)?)?)
-                }
-                Headers::ATOMIC_ETH => {
-                    ext.atomic_eth = Some(atomic_eth::Repr::parse(
-                        &atomic_eth::Packet::new_checked(b)?,
-                    )?)
-                }
-                Headers::AETH => {
-                    ext.aeth = Some(aeth::Repr::parse(&aeth::Packet::new_checked(b)?)?)
-                }
-                Headers::ATOMIC_ACK_ETH => {
-                    ext.atomic_ack_eth = Some(atomic_ack_eth::Repr::parse(
-                        &atomic_ack_eth::Packet::new_checked(b)?,
-                    )?)
-                }
-                Headers::IMMDT => {
-                    ext.immdt = Some(immdt::Repr::parse(&immdt::Packet::new_checked(b)?)?)
-                }
-                Headers::IETH => {
-                    ext.ieth = Some(ieth::Repr::parse(&ieth::Packet::new_checked(b)?)?)
-                }
-                _ => {}
-            }
-            at += len;
-        }
-        Ok(ext)
+        let mut next = |header: Headers, len: usize| {
+            which.contains(header).then(|| {
+                let b = bytes.get(at..).unwrap_or_default();
+                at += len;
+                b
+            })
+        };
+        Ok(Extensions {
+            deth: next(Headers::DETH, deth::HEADER_LEN)
+                .map(|b| deth::Repr::parse(&deth::Packet::new_checked(b)?))
+                .transpose()?,
+            feth: next(Headers::FETH, feth::HEADER_LEN)
+                .map(|b| feth::Repr::parse(&feth::Packet::new_checked(b)?))
+                .transpose()?,
+            reth: next(Headers::RETH, reth::HEADER_LEN)
+                .map(|b| reth::Repr::parse(&reth::Packet::new_checked(b)?))
+                .transpose()?,
+            atomic_eth: next(Headers::ATOMIC_ETH, atomic_eth::HEADER_LEN)
+                .map(|b| atomic_eth::Repr::parse(&atomic_eth::Packet::new_checked(b)?))
+                .transpose()?,
+            aeth: next(Headers::AETH, aeth::HEADER_LEN)
+                .map(|b| aeth::Repr::parse(&aeth::Packet::new_checked(b)?))
+                .transpose()?,
+            atomic_ack_eth: next(Headers::ATOMIC_ACK_ETH, atomic_ack_eth::HEADER_LEN)
+                .map(|b| atomic_ack_eth::Repr::parse(&atomic_ack_eth::Packet::new_checked(b)?))
+                .transpose()?,
+            immdt: next(Headers::IMMDT, immdt::HEADER_LEN)
+                .map(|b| immdt::Repr::parse(&immdt::Packet::new_checked(b)?))
+                .transpose()?,
+            ieth: next(Headers::IETH, ieth::HEADER_LEN)
+                .map(|b| ieth::Repr::parse(&ieth::Packet::new_checked(b)?))
+                .transpose()?,
+        })
     }
 
     /// Writes the present headers in wire order; `buf` holds exactly `headers().len()` bytes.
@@ -553,22 +574,37 @@ impl<'a> Frame<'a> {
             src: eth.src_addr(),
             vlan,
         };
-        let mut frame = Frame::parse_network(bytes, l3, ethertype, Some(ethernet))?;
-        frame.layout.vlan = vlan_range;
-        Ok(frame)
+        Frame::parse_network(bytes, l3, ethertype, Some(ethernet), vlan_range)
     }
 
     /// Parses a packet that starts at its IP header (or GRH), as in captures with Linux cooked
     /// framing; `ethertype` says which (0x0800, 0x86dd or 0x8915).
     pub fn parse_network_layer(bytes: &'a [u8], ethertype: u16) -> Result<Frame<'a>, Error> {
-        Frame::parse_network(bytes, 0, ethertype, None)
+        Frame::parse_network(bytes, 0, ethertype, None, None)
     }
 
+    /// Like [`Frame::parse_network_layer`], for a packet whose IP header (or GRH) starts
+    /// `offset` bytes into `bytes`, after a link header this crate does not model (a Linux
+    /// cooked capture header, say). Keeping the whole record lets [`Frame::layout`] give offsets
+    /// into the bytes as captured, which is what a reader of a hex dump needs.
+    pub fn parse_network_layer_at(
+        bytes: &'a [u8],
+        offset: usize,
+        ethertype: u16,
+    ) -> Result<Frame<'a>, Error> {
+        check_len(Layer::Ethernet, offset, bytes.len())?;
+        Frame::parse_network(bytes, offset, ethertype, None, None)
+    }
+
+    // Inlined into each entry point so that the frame, some 400 bytes, is built where the caller
+    // wants it rather than copied there.
+    #[inline(always)]
     fn parse_network(
         bytes: &'a [u8],
         l3: usize,
         ethertype: u16,
         ethernet: Option<EthernetRepr>,
+        vlan: Option<Range<usize>>,
     ) -> Result<Frame<'a>, Error> {
         let rest = &bytes[l3..];
         let (network, header_len, l3_len, udp) = match ethertype {
@@ -636,7 +672,7 @@ impl<'a> Frame<'a> {
                 payload_len,
             },
             layout: Layout {
-                vlan: None,
+                vlan,
                 network: l3..l3 + header_len - udp.map_or(0, |_| UDP_LEN),
                 udp: udp.map(|_| bth_at - UDP_LEN..bth_at),
                 bth: bth_at..ext_at,
@@ -672,6 +708,7 @@ impl<'a> Frame<'a> {
 
 type NetworkParse = (NetworkRepr, usize, usize, Option<()>);
 
+#[inline(always)]
 fn parse_ipv4(bytes: &[u8]) -> Result<NetworkParse, Error> {
     check_len(Layer::Ipv4, IPV4_LEN, bytes.len())?;
     let ip = Ipv4Packet::new_unchecked(bytes);
@@ -692,7 +729,15 @@ fn parse_ipv4(bytes: &[u8]) -> Result<NetworkParse, Error> {
             "shorter than 20 bytes",
         ));
     }
-    check_len(Layer::Ipv4, ihl, bytes.len())?;
+    // Decide whether the packet is RoCE at all before judging its lengths and checksum: a
+    // snapped or corrupted packet of another protocol is not ours to call malformed.
+    if ip.next_header() != IpProtocol::Udp {
+        return Err(Error::NotRoce(NotRoce::IpProtocol(ip.next_header().into())));
+    }
+    if ip.more_frags() || ip.frag_offset() != 0 {
+        return Err(Error::NotRoce(NotRoce::Fragment));
+    }
+    check_roce_port(bytes.get(ihl..).unwrap_or_default())?;
     let total = usize::from(ip.total_len());
     if total < ihl {
         return Err(malformed(
@@ -711,13 +756,7 @@ fn parse_ipv4(bytes: &[u8]) -> Result<NetworkParse, Error> {
             "does not match the header",
         ));
     }
-    if ip.next_header() != IpProtocol::Udp {
-        return Err(Error::NotRoce(NotRoce::IpProtocol(ip.next_header().into())));
-    }
-    if ip.more_frags() || ip.frag_offset() != 0 {
-        return Err(Error::NotRoce(NotRoce::Fragment));
-    }
-    check_udp(&bytes[ihl..total])?;
+    check_udp_len(&bytes[ihl..total])?;
     Ok((
         NetworkRepr::Ipv4 {
             src: ip.src_addr(),
@@ -734,6 +773,7 @@ fn parse_ipv4(bytes: &[u8]) -> Result<NetworkParse, Error> {
     ))
 }
 
+#[inline(always)]
 fn parse_ipv6(bytes: &[u8]) -> Result<NetworkParse, Error> {
     check_len(Layer::Ipv6, IPV6_LEN, bytes.len())?;
     let ip = Ipv6Packet::new_unchecked(bytes);
@@ -745,12 +785,13 @@ fn parse_ipv6(bytes: &[u8]) -> Result<NetworkParse, Error> {
             "not 6",
         ));
     }
-    let total = IPV6_LEN + usize::from(ip.payload_len());
-    check_len(Layer::Ipv6, total, bytes.len())?;
     if ip.next_header() != IpProtocol::Udp {
         return Err(Error::NotRoce(NotRoce::IpProtocol(ip.next_header().into())));
     }
-    check_udp(&bytes[IPV6_LEN..total])?;
+    check_roce_port(&bytes[IPV6_LEN..])?;
+    let total = IPV6_LEN + usize::from(ip.payload_len());
+    check_len(Layer::Ipv6, total, bytes.len())?;
+    check_udp_len(&bytes[IPV6_LEN..total])?;
     Ok((
         NetworkRepr::Ipv6 {
             src: ip.src_addr(),
@@ -766,6 +807,7 @@ fn parse_ipv6(bytes: &[u8]) -> Result<NetworkParse, Error> {
     ))
 }
 
+#[inline(always)]
 fn parse_grh(bytes: &[u8]) -> Result<NetworkParse, Error> {
     check_len(Layer::Grh, IPV6_LEN, bytes.len())?;
     let grh = Ipv6Packet::new_unchecked(bytes);
@@ -802,14 +844,22 @@ fn parse_grh(bytes: &[u8]) -> Result<NetworkParse, Error> {
     ))
 }
 
-/// Checks the UDP header at the start of an IP payload: RoCEv2's port, and a length that agrees
-/// with the IP header's.
-fn check_udp(datagram: &[u8]) -> Result<(), Error> {
+/// Checks that the UDP header at the start of `datagram` (an IP payload, possibly cut short by
+/// the capture) goes to RoCEv2's port. The source port says nothing: RoCE picks it for ECMP
+/// entropy, and it may well be a well-known port such as 53 or 69.
+fn check_roce_port(datagram: &[u8]) -> Result<(), Error> {
     check_len(Layer::Udp, UDP_LEN, datagram.len())?;
     let udp = UdpPacket::new_unchecked(datagram);
     if udp.dst_port() != ROCE_V2_PORT {
         return Err(Error::NotRoce(NotRoce::UdpPort(udp.dst_port())));
     }
+    Ok(())
+}
+
+/// Checks that the UDP length agrees with the IP length (`datagram` is the whole IP payload).
+fn check_udp_len(datagram: &[u8]) -> Result<(), Error> {
+    check_len(Layer::Udp, UDP_LEN, datagram.len())?;
+    let udp = UdpPacket::new_unchecked(datagram);
     if usize::from(udp.len()) != datagram.len() {
         return Err(malformed(
             Layer::Udp,
@@ -956,5 +1006,128 @@ mod tests {
         for cut in 0..len {
             assert!(Frame::parse(&buf[..cut]).is_err(), "cut at {cut}");
         }
+    }
+    fn v4() -> NetworkRepr {
+        NetworkRepr::Ipv4 {
+            src: Ipv4Address::new(10, 0, 0, 1),
+            dst: Ipv4Address::new(10, 0, 0, 2),
+            dscp: 0,
+            ecn: 0,
+            ident: 7,
+            ttl: 64,
+            udp_src_port: 0xc123,
+        }
+    }
+
+    fn emitted(repr: &FrameRepr) -> Vec<u8> {
+        let mut buf = vec![0u8; repr.frame_len()];
+        repr.emit(&mut buf, &vec![0x5a; repr.payload_len]).unwrap();
+        buf
+    }
+
+    #[test]
+    fn other_traffic_is_not_roce_even_when_snapped_or_corrupt() {
+        let good = emitted(&sample(v4(), None));
+        // TCP, with the IP checksum now wrong as well.
+        let mut tcp = good.clone();
+        tcp[14 + 9] = 6;
+        assert_eq!(
+            Frame::parse(&tcp).unwrap_err(),
+            Error::NotRoce(NotRoce::IpProtocol(6))
+        );
+        // DNS, snapped right after the UDP header, checksum wrong.
+        let mut dns = good.clone();
+        dns[14 + 20 + 2..14 + 20 + 4].copy_from_slice(&53u16.to_be_bytes());
+        assert_eq!(
+            Frame::parse(&dns[..14 + 20 + 8]).unwrap_err(),
+            Error::NotRoce(NotRoce::UdpPort(53))
+        );
+        // The same corruption on a RoCE packet is a fault of that packet.
+        let mut bad_checksum = good.clone();
+        bad_checksum[14 + 10] ^= 0xff;
+        assert!(matches!(
+            Frame::parse(&bad_checksum).unwrap_err(),
+            Error::Malformed {
+                layer: Layer::Ipv4,
+                field: "header checksum",
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn an_ip_length_too_short_for_udp_is_an_error() {
+        let mut frame = emitted(&sample(v4(), None));
+        // Total length 23: three bytes of UDP. Recompute the checksum so only the length is off.
+        frame[14 + 2..14 + 4].copy_from_slice(&23u16.to_be_bytes());
+        let mut ip = Ipv4Packet::new_unchecked(&mut frame[14..34]);
+        ip.fill_checksum();
+        assert_eq!(
+            Frame::parse(&frame).unwrap_err(),
+            Error::Truncated {
+                layer: Layer::Udp,
+                needed: 8,
+                available: 3
+            }
+        );
+    }
+
+    #[test]
+    fn network_layer_at_an_offset_keeps_offsets_into_the_whole_record() {
+        let frame = emitted(&sample(v4(), None));
+        let mut cooked = vec![0xee; 16];
+        cooked.extend_from_slice(&frame[14..]);
+        let parsed = Frame::parse_network_layer_at(&cooked, 16, 0x0800).unwrap();
+        assert_eq!(parsed.repr.ethernet, None);
+        assert_eq!(parsed.layout.network, 16..36);
+        assert_eq!(parsed.layout.bth, 44..56);
+        assert_eq!(parsed.bytes().len(), cooked.len());
+        assert!(parsed.icrc().is_ok());
+        assert_eq!(
+            Frame::parse_network_layer_at(&cooked[..10], 16, 0x0800).unwrap_err(),
+            Error::Truncated {
+                layer: Layer::Ethernet,
+                needed: 16,
+                available: 10
+            }
+        );
+    }
+
+    #[test]
+    fn extensions_for_an_opcode_are_the_ones_it_carries() {
+        for op in Opcode::all() {
+            let ext = Extensions::for_opcode(op);
+            assert_eq!(ext.headers(), op.headers(), "{op}");
+        }
+    }
+
+    #[test]
+    fn ipv4_options_are_stepped_over() {
+        let mut frame = emitted(&sample(v4(), None));
+        // Four bytes of options (NOPs) after the 20-byte header: IHL 6, four more bytes.
+        frame.splice(34..34, [1, 1, 1, 1]);
+        frame[14] = 0x46;
+        let total = u16::from_be_bytes([frame[16], frame[17]]) + 4;
+        frame[16..18].copy_from_slice(&total.to_be_bytes());
+        Ipv4Packet::new_unchecked(&mut frame[14..38]).fill_checksum();
+        let icrc_at = frame.len() - ICRC_LEN;
+        let crc = icrc::compute(Scope::Ipv4, &frame[14..icrc_at]).unwrap();
+        icrc::write(&mut frame[icrc_at..], crc);
+
+        let parsed = Frame::parse(&frame).unwrap();
+        assert_eq!(parsed.layout.network, 14..38);
+        assert_eq!(parsed.layout.udp, Some(38..46));
+        assert_eq!(parsed.layout.bth, 46..58);
+        assert_eq!(parsed.payload(), [0x5a; 7]);
+        assert!(parsed.icrc().is_ok());
+        let fields = crate::describe::Description::new(&parsed).fields();
+        let options = fields
+            .iter()
+            .find(|f| f.key() == "roce.ip.options")
+            .unwrap();
+        assert_eq!(
+            (options.bytes.clone(), options.to_string()),
+            (34..38, "01:01:01:01".into())
+        );
     }
 }

@@ -27,6 +27,7 @@ pub struct Repr {
 }
 
 impl Repr {
+    #[inline]
     pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<Repr, Error> {
         packet.check_len()?;
         Ok(Repr { imm: packet.imm() })

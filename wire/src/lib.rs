@@ -3,14 +3,18 @@
 //!
 //! Each header module follows smoltcp's `wire` style: a `Packet<T: AsRef<[u8]>>` view with
 //! byte-range `field` constants and accessors (setters when `T: AsMut<[u8]>`), and a `Repr` with
-//! `parse` and `emit`. This crate only turns bytes into values and back; it keeps no state and
-//! does no I/O.
+//! `parse` and `emit`. This crate turns bytes into values and back and keeps no state; its only
+//! I/O is [`capture`], the pcap/pcapng files that frames are recorded in. [`describe`] lists the
+//! fields of a parsed frame, with their places and tshark's names, for every view that shows
+//! a packet to a person or compares it with another decoder.
 
 pub mod aeth;
 pub mod atomic_ack_eth;
 pub mod atomic_eth;
 mod be;
 pub mod bth;
+pub mod capture;
+pub mod describe;
 pub mod deth;
 mod error;
 pub mod feth;

@@ -127,8 +127,8 @@ impl Headers {
     }
 
     /// Total size in bytes of the headers in this set.
-    pub fn len(self) -> usize {
-        self.iter().map(|(_, n)| n).sum()
+    pub const fn len(self) -> usize {
+        SET_LEN[self.0 as usize] as usize
     }
 
     /// The headers of this set with their sizes, in wire order.
@@ -154,6 +154,25 @@ impl Headers {
         }
     }
 }
+
+/// The size of every set of headers, worked out at compile time: the parser asks for every
+/// packet.
+const SET_LEN: [u8; 256] = {
+    let mut table = [0u8; 256];
+    let mut set = 0;
+    while set < 256 {
+        let mut i = 0;
+        while i < Headers::WIRE_ORDER.len() {
+            let (header, len) = Headers::WIRE_ORDER[i];
+            if set & header.0 as usize != 0 {
+                table[set] += len as u8;
+            }
+            i += 1;
+        }
+        set += 1;
+    }
+    table
+};
 
 impl core::ops::BitOr for Headers {
     type Output = Headers;
@@ -439,16 +458,20 @@ impl Opcode {
 
     /// The extension headers that follow the BTH, in wire order.
     pub const fn headers(self) -> Headers {
+        BY_OPCODE[self.0 as usize].0
+    }
+
+    /// Whether a payload follows the extension headers (it may still be zero bytes long).
+    pub const fn has_payload(self) -> bool {
+        BY_OPCODE[self.0 as usize].1
+    }
+
+    const fn headers_from_the_table(self) -> Headers {
         let headers = self.kind().traits().headers;
         match self.transport() {
             Transport::Ud => headers.union(Headers::DETH),
             _ => headers,
         }
-    }
-
-    /// Whether a payload follows the extension headers (it may still be zero bytes long).
-    pub const fn has_payload(self) -> bool {
-        self.kind().traits().payload
     }
 
     pub const fn position(self) -> Position {
@@ -460,6 +483,20 @@ impl Opcode {
         self.kind().traits().name
     }
 }
+
+/// Per opcode byte, its extension headers and whether a payload follows, worked out at compile
+/// time from the table above: the parser asks for every packet.
+const BY_OPCODE: [(Headers, bool); 256] = {
+    let mut table = [(Headers::NONE, false); 256];
+    let mut byte = 0;
+    while byte < 256 {
+        if let Ok(op) = Opcode::from_u8(byte as u8) {
+            table[byte] = (op.headers_from_the_table(), op.kind().traits().payload);
+        }
+        byte += 1;
+    }
+    table
+};
 
 impl TryFrom<u8> for Opcode {
     type Error = Error;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use roce_hostmem::{Access, Region};
-use roce_nic::verbs::{QpCap, QpType, SendFlags, SendOp, SendWr, Wc, WcOpcode, WcStatus};
+use roce_nic::verbs::{QpCap, QpType, SendFlags, SendOp, SendWr, Wc, WcStatus};
 
 use super::{completion_line, connect_qp, path_mtu, quoted, random_psn, verbs_failure, Endpoint};
 use crate::mem::hexdump::{Hexdump, LINE};
@@ -256,16 +256,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         ud: None,
     }])
     .map_err(verbs_failure)?;
-    let mut wc = [Wc {
-        wr_id: 0,
-        status: WcStatus::GeneralErr,
-        opcode: WcOpcode::Send,
-        byte_len: 0,
-        imm_data: 0,
-        qp_num: 0,
-        src_qp: 0,
-        wc_flags: 0,
-    }];
+    let mut wc = [Wc::default()];
     let n = cq
         .try_wait(&mut wc, Some(Duration::from_secs(args.timeout)))
         .map_err(verbs_failure)?;

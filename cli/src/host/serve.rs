@@ -203,16 +203,7 @@ fn serve(
     mtu: Mtu,
     gid_index: u8,
 ) -> Result<(), Failure> {
-    let mut wcs = [Wc {
-        wr_id: 0,
-        status: WcStatus::GeneralErr,
-        opcode: WcOpcode::Recv,
-        byte_len: 0,
-        imm_data: 0,
-        qp_num: 0,
-        src_qp: 0,
-        wc_flags: 0,
-    }; 16];
+    let mut wcs = [Wc::default(); 16];
     let mut stdin_open = true;
     while shutdown.within(Duration::ZERO).is_none() {
         while stdin_open {

@@ -67,18 +67,18 @@ pub fn run(group: &Group) -> Vec<PathBuf> {
         guest: format!("127.0.0.1:{}", free_udp_port()),
     };
     let nic = (!group.capture_each).then(|| {
-        let mut extra = vec!["--mtu".to_owned(), group.link_mtu.to_string()];
-        if let Some(faults) = group.faults {
-            extra.extend(["--faults".into(), faults.into()]);
-        }
         let nic = Nic {
             name: env.name("n"),
             ip: format!("{NIC_IP}/24"),
-            local: cable.ours.clone(),
-            remote: cable.guest.clone(),
+            link: format!("cable:{},{}", cable.ours, cable.guest),
+            mtu: group.link_mtu,
             neighbours: Vec::new(),
             pcap: Some(dir.join("nic.pcap")),
-            extra,
+            netns: None,
+            extra: group
+                .faults
+                .map(|f| vec!["--faults".to_owned(), f.to_owned()])
+                .unwrap_or_default(),
         };
         let proc = env.nic(&nic);
         (nic, proc)

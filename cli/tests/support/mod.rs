@@ -67,7 +67,9 @@ impl Env {
             "--ip".into(),
             nic.ip.clone(),
             "--link".into(),
-            format!("cable:{},{}", nic.local, nic.remote),
+            nic.link.clone(),
+            "--mtu".into(),
+            nic.mtu.to_string(),
         ];
         for n in &nic.neighbours {
             args.extend(["--neigh".into(), n.clone()]);
@@ -77,7 +79,18 @@ impl Env {
         }
         args.extend(nic.extra.iter().cloned());
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let mut proc = Proc::spawn(self.roce(&args), false);
+        let cmd = match &nic.netns {
+            // `ip netns exec` keeps the environment, so the socket directory is shared.
+            Some(ns) => {
+                let mut cmd = Command::new("ip");
+                cmd.args(["netns", "exec", ns, env!("CARGO_BIN_EXE_roce")])
+                    .args(&args)
+                    .env("XDG_RUNTIME_DIR", &self.dir);
+                cmd
+            }
+            None => self.roce(&args),
+        };
+        let mut proc = Proc::spawn(cmd, false);
         proc.expect(|l| l.starts_with(&format!("{} ready: ", nic.name)));
         proc
     }
@@ -100,11 +113,14 @@ pub struct Finished {
 pub struct Nic {
     pub name: String,
     pub ip: String,
-    pub local: String,
-    pub remote: String,
+    /// The `--link` argument.
+    pub link: String,
+    pub mtu: u32,
     pub neighbours: Vec<String>,
     pub pcap: Option<PathBuf>,
-    /// More arguments (`--mtu 1500`, `--faults ...`).
+    /// The network namespace to run in (for `iface:` links on a veth end there).
+    pub netns: Option<String>,
+    /// More arguments (`--faults ...`).
     pub extra: Vec<String>,
 }
 
@@ -117,13 +133,38 @@ pub fn cabled_pair(env: &Env, net: u8) -> (Nic, Nic) {
     let nic = |end: &str, me: u8, peer: u8, local: u16, remote: u16| Nic {
         name: env.name(end),
         ip: ip(me),
-        local: format!("127.0.0.1:{local}"),
-        remote: format!("127.0.0.1:{remote}"),
+        link: format!("cable:127.0.0.1:{local},127.0.0.1:{remote}"),
+        mtu: 4200,
         neighbours: vec![format!("{}={}", ip(peer), mac(peer))],
         pcap: None,
+        netns: None,
         extra: Vec::new(),
     };
     (nic("a", 1, 2, pa, pb), nic("b", 2, 1, pb, pa))
+}
+
+/// Two NICs on the two ends of a veth pair inside the namespace `ns` (`a` is 10.<n>.0.1, `b`
+/// 10.<n>.0.2); they find each other's MAC by ARP. The veth's MTU is 1500 (path MTU 1024).
+pub fn veth_pair(env: &Env, ns: &roce_nic::testbed::netns::Netns, net: u8) -> (Nic, Nic) {
+    let (va, vb) = (format!("{}a", env.prefix), format!("{}b", env.prefix));
+    // Interface names are at most 15 bytes.
+    let (va, vb) = (tail(&va, 15), tail(&vb, 15));
+    ns.veth(&va, &vb);
+    let nic = |end: &str, me: u8, ifname: &str| Nic {
+        name: env.name(end),
+        ip: format!("10.{net}.0.{me}"),
+        link: format!("iface:{ifname}"),
+        mtu: 1500,
+        neighbours: Vec::new(),
+        pcap: None,
+        netns: Some(ns.name().to_owned()),
+        extra: Vec::new(),
+    };
+    (nic("a", 1, &va), nic("b", 2, &vb))
+}
+
+fn tail(s: &str, n: usize) -> String {
+    s[s.len().saturating_sub(n)..].to_owned()
 }
 
 /// A UDP port nobody uses right now.

@@ -8,6 +8,7 @@ mod objects;
 mod qp_table;
 mod rx;
 
+use qp_table::QpTable;
 pub use qp_table::{FIRST_QPN, GSI_QPN};
 
 use std::collections::HashMap;
@@ -62,7 +63,7 @@ pub(crate) struct Engine {
     next_pd: u32,
     mr_owners: HashMap<u32, ClientId>,
     cqs: CqTable,
-    qps: qp_table::QpTable,
+    qps: QpTable,
     ahs: HashMap<u32, Path>,
     ah_owners: HashMap<u32, (ClientId, u32)>,
     next_ah: u32,
@@ -82,6 +83,8 @@ pub(crate) struct Engine {
     resolve_timeout: Duration,
     /// What a sleeping engine watches (kept to reuse its allocation).
     interests: Vec<Interest>,
+    /// Scratch space for `poll(2)` (kept to reuse its allocation).
+    pollfds: Vec<libc::pollfd>,
     running: bool,
 }
 
@@ -121,7 +124,7 @@ impl Engine {
             next_pd: 1,
             mr_owners: HashMap::new(),
             cqs: CqTable::default(),
-            qps: qp_table::QpTable::default(),
+            qps: QpTable::default(),
             ahs: HashMap::new(),
             ah_owners: HashMap::new(),
             next_ah: 1,
@@ -135,6 +138,7 @@ impl Engine {
             awaiting_neighbour: Vec::new(),
             resolve_timeout: setup.resolve_timeout,
             interests: Vec::new(),
+            pollfds: Vec::new(),
             running: true,
         })
     }
@@ -171,7 +175,7 @@ impl Engine {
                 interests.push(Interest::new(fd, true, false));
             }
             self.ip_stack.interests(&mut interests);
-            self.waker.sleep(&interests, timeout);
+            self.waker.sleep(&interests, timeout, &mut self.pollfds);
             self.interests = interests;
             idle_since = None;
         }
@@ -262,24 +266,8 @@ impl Engine {
     fn transmit(&mut self) -> bool {
         let mut busy = false;
         let now = Instant::now();
-        let Engine {
-            qps,
-            mrs,
-            cqs,
-            tx,
-            ahs,
-            counters,
-            ..
-        } = self;
+        let (qps, mut ctx) = self.split(now);
         for qp in qps.iter_mut() {
-            let mut ctx = Ctx {
-                mrs,
-                ahs,
-                cqs,
-                tx,
-                counters,
-                now,
-            };
             busy |= work(qp, &mut ctx);
         }
         busy
@@ -288,26 +276,10 @@ impl Engine {
     fn timers(&mut self) {
         let now = Instant::now();
         self.expire_neighbour_waits(now);
-        let Engine {
-            qps,
-            mrs,
-            cqs,
-            tx,
-            ahs,
-            counters,
-            ..
-        } = self;
+        let (qps, mut ctx) = self.split(now);
         for qp in qps.iter_mut() {
             let due = |t: Option<Instant>| t.is_some_and(|t| t <= now);
             if due(qp.send.timer) || due(qp.send.rnr_wait.map(|w| w.0)) || due(qp.send.probe_at) {
-                let mut ctx = Ctx {
-                    mrs,
-                    ahs,
-                    cqs,
-                    tx,
-                    counters,
-                    now,
-                };
                 completer::on_timers(qp, &mut ctx);
             }
         }
@@ -334,6 +306,14 @@ impl Engine {
 
     /// Runs `f` on QP `qpn` with a transport context, if the QP exists.
     fn with_qp<R>(&mut self, qpn: u32, f: impl FnOnce(&mut Qp, &mut Ctx<'_>) -> R) -> Option<R> {
+        let (qps, mut ctx) = self.split(Instant::now());
+        let qp = qps.get_mut(qpn)?;
+        Some(f(qp, &mut ctx))
+    }
+
+    /// The QP table and a transport context over the rest of the engine, borrowed apart so
+    /// that the transport functions can work on one QP with everything else at hand.
+    fn split(&mut self, now: Instant) -> (&mut QpTable, Ctx<'_>) {
         let Engine {
             qps,
             mrs,
@@ -343,16 +323,15 @@ impl Engine {
             counters,
             ..
         } = self;
-        let qp = qps.get_mut(qpn)?;
-        let mut ctx = Ctx {
+        let ctx = Ctx {
             mrs,
             ahs,
             cqs,
             tx,
             counters,
-            now: Instant::now(),
+            now,
         };
-        Some(f(qp, &mut ctx))
+        (qps, ctx)
     }
 
     fn shutdown(&mut self) {

@@ -12,7 +12,7 @@ use crate::control::{ClientId, DeviceInfo, RegionRef, Request, Response, RingMap
 use crate::cq::{Cq, EventLine};
 use crate::qp::{ring_layout, Qp, MAX_RD_ATOMIC};
 use crate::ring::{Geometry, Ring};
-use crate::transport::{udp_src_port, Ctx, Path};
+use crate::transport::{udp_src_port, Path};
 use crate::verbs::types::{QpAttr, QpCap, QpState, QpType};
 use crate::verbs::VerbsError;
 use crate::wqe::{CQE_SIZE, MAX_INLINE, MAX_SGE};
@@ -313,26 +313,8 @@ impl Engine {
         };
         if qpn == GSI_QPN {
             // The GSI is ready at once, with the well-known Q_Key.
-            let attr = QpAttr {
-                qkey: Some(deth::GSI_Q_KEY),
-                ..QpAttr::init_ud(deth::GSI_Q_KEY)
-            };
-            let Engine {
-                mrs,
-                cqs,
-                tx,
-                ahs,
-                counters,
-                ..
-            } = self;
-            let mut ctx = Ctx {
-                mrs,
-                ahs,
-                cqs,
-                tx,
-                counters,
-                now: std::time::Instant::now(),
-            };
+            let attr = QpAttr::init_ud(deth::GSI_Q_KEY);
+            let (_, mut ctx) = self.split(std::time::Instant::now());
             for (state, a) in [
                 (QpState::Init, attr),
                 (

@@ -15,10 +15,12 @@ use crate::counters;
 use crate::qp::Qp;
 use crate::verbs::types::{QpState, QpType, SendFlags, SendOp, WcStatus};
 
-/// Packets that may be unacknowledged at once.
-pub const WINDOW: u32 = 256;
+/// Packets that may be unacknowledged at once. Go-back-N sends again everything in flight after
+/// a lost packet, so the window is what one loss costs; 64 packets keep two engines' pipeline
+/// full (measured: the same fault-free goodput as 256) while 1% loss keeps over half of it.
+pub const WINDOW: u32 = 64;
 /// Even inside a long message, ask for an ACK this often so the window keeps moving.
-pub const ACK_REQ_EVERY: u32 = 64;
+pub const ACK_REQ_EVERY: u32 = 16;
 
 /// Send-side state of a QP shared by the requester and the completer.
 #[derive(Debug, Clone, Default)]

@@ -649,23 +649,7 @@ fn send_nak(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, code: NakCode) {
 
 /// Sends an ACKNOWLEDGE packet (ACK, NAK or RNR NAK) for PSN `p`.
 fn send_ack(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, syndrome: Syndrome) {
-    // An answer for `p` covers an ACK owed for anything before it.
-    if qp.recv.ack_pending.is_some_and(|a| !psn::before(p, a)) {
-        qp.recv.ack_pending = None;
-    }
-    let Some(path) = qp.path else { return };
-    let Some(opcode) = Opcode::new(Transport::Rc, Kind::Acknowledge) else {
-        return;
-    };
-    let ext = Extensions {
-        aeth: Some(aeth::Repr {
-            syndrome,
-            msn: qp.recv.msn,
-        }),
-        ..Extensions::default()
-    };
-    let repr = path.frame(bth::Repr::new(opcode, qp.attrs.dest_qp_num, p), ext, 0);
-    ctx.tx.send_simple(&repr, &[]);
+    answer(qp, ctx, p, syndrome, None);
     if matches!(syndrome, Syndrome::Ack { .. }) {
         counters::bump(&ctx.counters.acks_sent);
     }
@@ -673,24 +657,34 @@ fn send_ack(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, syndrome: Syndrome) {
 }
 
 fn send_atomic_ack(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, original: u64) {
+    answer(qp, ctx, p, Syndrome::ack(), Some(original));
+    trace!(psn = p, original, "atomic ACK sent");
+}
+
+/// Sends an ACKNOWLEDGE, or with `original` an ATOMIC ACKNOWLEDGE, for PSN `p`. An answer for
+/// `p` covers the ACK owed for anything before it.
+fn answer(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, syndrome: Syndrome, original: Option<u64>) {
     if qp.recv.ack_pending.is_some_and(|a| !psn::before(p, a)) {
         qp.recv.ack_pending = None;
     }
     let Some(path) = qp.path else { return };
-    let Some(opcode) = Opcode::new(Transport::Rc, Kind::AtomicAcknowledge) else {
+    let kind = match original {
+        Some(_) => Kind::AtomicAcknowledge,
+        None => Kind::Acknowledge,
+    };
+    let Some(opcode) = Opcode::new(Transport::Rc, kind) else {
         return;
     };
     let ext = Extensions {
         aeth: Some(aeth::Repr {
-            syndrome: Syndrome::ack(),
+            syndrome,
             msn: qp.recv.msn,
         }),
-        atomic_ack_eth: Some(atomic_ack_eth::Repr { original }),
+        atomic_ack_eth: original.map(|original| atomic_ack_eth::Repr { original }),
         ..Extensions::default()
     };
     let repr = path.frame(bth::Repr::new(opcode, qp.attrs.dest_qp_num, p), ext, 0);
     ctx.tx.send_simple(&repr, &[]);
-    trace!(psn = p, original, "atomic ACK sent");
 }
 
 /// Sends up to `budget` READ response packets. Returns how many were sent.

@@ -292,6 +292,22 @@ pub struct Wc {
     pub wc_flags: u8,
 }
 
+/// An empty entry (wr_id 0, status GENERAL_ERR), to fill the arrays `poll` writes into.
+impl Default for Wc {
+    fn default() -> Wc {
+        Wc {
+            wr_id: 0,
+            status: WcStatus::GeneralErr,
+            opcode: WcOpcode::Send,
+            byte_len: 0,
+            imm_data: 0,
+            qp_num: 0,
+            src_qp: 0,
+            wc_flags: 0,
+        }
+    }
+}
+
 impl Wc {
     pub fn is_success(&self) -> bool {
         self.status == WcStatus::Success

@@ -2,8 +2,6 @@
 
 #![allow(dead_code)]
 
-pub mod netns;
-
 pub use roce_nic::testbed::*;
 use roce_nic::verbs::*;
 use roce_nic::Device;

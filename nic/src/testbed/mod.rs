@@ -2,6 +2,8 @@
 //! region and a connected QP. The setting of the transport tests, the soak tests, the benchmarks
 //! and the in-process demo.
 
+pub mod netns;
+
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,7 +33,7 @@ pub struct Host {
 impl Host {
     /// Waits for the next completion, at most `timeout`.
     pub fn next_completion(&self, timeout: Duration) -> Option<Wc> {
-        let mut wc = [self.completion_placeholder()];
+        let mut wc = [Wc::default()];
         (self.cq.wait(&mut wc, Some(timeout)) == 1).then_some(wc[0])
     }
 
@@ -39,20 +41,6 @@ impl Host {
     pub fn completion(&self) -> Wc {
         self.next_completion(Duration::from_secs(10))
             .expect("no completion within 10 s")
-    }
-
-    /// A completion value to fill arrays for `poll`.
-    pub fn completion_placeholder(&self) -> Wc {
-        Wc {
-            wr_id: 0,
-            status: WcStatus::GeneralErr,
-            opcode: WcOpcode::Send,
-            byte_len: 0,
-            imm_data: 0,
-            qp_num: 0,
-            src_qp: 0,
-            wc_flags: 0,
-        }
     }
 
     /// `len` bytes of the host's region from `offset` (panics outside the region).

@@ -1,6 +1,6 @@
 //! Network namespaces for tests that need a real Linux interface: each test makes its own
 //! namespace, puts veth pairs in it (so no frame ever leaves it), and removes it when done —
-//! on failure too, from the guard's `Drop`.
+//! on failure too, from the guard's `Drop`. Creating one needs root (CAP_SYS_ADMIN).
 
 use std::fs::File;
 use std::os::fd::AsRawFd;

@@ -1,0 +1,281 @@
+//! `--json`: one object per packet, keyed by tshark's field names (`infiniband.bth.opcode`, ...)
+//! so the two decoders can be compared key by key; fields tshark has no name for are under
+//! `roce.`. Numbers are JSON numbers, flags booleans, addresses and byte strings text in
+//! tshark's notation. By default the essential fields (addresses, ports, priority, ECN and every
+//! transport field); with `-v`, every field.
+//!
+//! Written straight into a line buffer rather than through serde: keys come quoted from the
+//! description (`Field::json_entry`; plain names that JSON never escapes, which a test checks)
+//! and values are numbers, booleans and hex or decimal text, so per-packet escaping would be
+//! pure cost — and decoding must outrun tshark by fifty times. The two strings that can hold
+//! anything, a file name and an error message, go through serde_json.
+
+use std::convert::Infallible;
+use std::io::{self, Write};
+use std::path::Path;
+use std::time::Duration;
+
+use roce_wire::capture::Record;
+use roce_wire::describe::{Description, Field, Value, Visit};
+use roce_wire::Error;
+
+/// Output is handed on in chunks of about this size: one copy less per packet than writing each
+/// line to a buffered writer, which would copy it into its own buffer.
+const CHUNK: usize = 1 << 16;
+
+/// Renders packets as JSON lines into a buffer it hands on in chunks; [`Json::flush`] hands on
+/// the rest.
+pub struct Json {
+    every_field: bool,
+    line: Vec<u8>,
+}
+
+impl Json {
+    pub fn new(every_field: bool) -> Json {
+        Json {
+            every_field,
+            line: Vec::with_capacity(CHUNK + 4096),
+        }
+    }
+
+    /// Writes out what is buffered.
+    pub fn flush(&mut self, out: &mut impl Write) -> io::Result<()> {
+        out.write_all(&self.line)?;
+        self.line.clear();
+        Ok(())
+    }
+
+    pub fn packet(
+        &mut self,
+        out: &mut impl Write,
+        record: &Record,
+        file: Option<&Path>,
+        description: &Description,
+    ) -> io::Result<()> {
+        self.start(record, file)?;
+        let entries = Entries(&mut self.line);
+        match self.every_field {
+            true => description.visit(entries),
+            false => description.visit_essential(entries),
+        }
+        .unwrap_or_else(|never: Infallible| match never {});
+        self.finish(out)
+    }
+
+    pub fn malformed(
+        &mut self,
+        out: &mut impl Write,
+        record: &Record,
+        file: Option<&Path>,
+        error: &Error,
+    ) -> io::Result<()> {
+        self.start(record, file)?;
+        self.line.extend_from_slice(b",\"roce.malformed\":");
+        serde_json::to_writer(&mut self.line, &error.to_string())?;
+        self.finish(out)
+    }
+
+    /// Opens the object with the record's own fields.
+    fn start(&mut self, record: &Record, file: Option<&Path>) -> io::Result<()> {
+        let line = &mut self.line;
+        line.extend_from_slice(b"{\"frame.number\":");
+        number(line, record.number);
+        line.extend_from_slice(b",\"frame.time_epoch\":");
+        epoch(line, record.timestamp);
+        line.extend_from_slice(b",\"frame.len\":");
+        number(line, record.original_len.into());
+        if self.every_field {
+            line.extend_from_slice(b",\"frame.cap_len\":");
+            number(line, record.data.len() as u64);
+        }
+        if let Some(path) = file {
+            line.extend_from_slice(b",\"roce.file\":");
+            serde_json::to_writer(&mut *line, &path.display().to_string())?;
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, out: &mut impl Write) -> io::Result<()> {
+        self.line.extend_from_slice(b"}\n");
+        if self.line.len() >= CHUNK {
+            self.flush(out)?;
+        }
+        Ok(())
+    }
+}
+
+#[inline(always)]
+fn number(line: &mut Vec<u8>, n: u64) {
+    // Flags, counts and small codes are most of the numbers: one digit, one byte.
+    if n < 10 {
+        line.push(b'0' + n as u8);
+    } else if n < 100 {
+        line.extend_from_slice(&[b'0' + (n / 10) as u8, b'0' + (n % 10) as u8]);
+    } else {
+        line.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+    }
+}
+
+/// Appends each field as a JSON entry. A visitor of its own rather than a closure so that its
+/// one method can be inlined into the walk: the fields are then written as they are read.
+struct Entries<'l>(&'l mut Vec<u8>);
+
+impl<'a> Visit<'a> for Entries<'_> {
+    type Error = Infallible;
+
+    #[inline(always)]
+    fn field(&mut self, field: &Field<'a>) -> Result<(), Infallible> {
+        let line = &mut *self.0;
+        let (padded, len) = field.padded_json_entry();
+        let at = line.len();
+        line.extend_from_slice(padded);
+        line.truncate(at + len);
+        value(line, &field.value);
+        Ok(())
+    }
+}
+
+/// Seconds since the epoch to the nanosecond, as a string: tshark's `frame.time_epoch`, with no
+/// float rounding.
+fn epoch(line: &mut Vec<u8>, t: Duration) {
+    line.push(b'"');
+    number(line, t.as_secs());
+    line.push(b'.');
+    // Nine digits with leading zeros: those of 1_000_000_000 + nanos, after its leading 1.
+    let mut digits = itoa::Buffer::new();
+    let digits = digits.format(1_000_000_000 + t.subsec_nanos()).as_bytes();
+    line.extend_from_slice(&digits[1..]);
+    line.push(b'"');
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// Bytes as tshark shows them: two hex digits each, separated by colons.
+fn hex_bytes(line: &mut Vec<u8>, bytes: &[u8]) {
+    line.push(b'"');
+    for (i, b) in bytes.iter().enumerate() {
+        if i > 0 {
+            line.push(b':');
+        }
+        line.extend_from_slice(&[HEX[usize::from(b >> 4)], HEX[usize::from(b & 0xf)]]);
+    }
+    line.push(b'"');
+}
+
+#[inline(always)]
+fn value(line: &mut Vec<u8>, v: &Value) {
+    match *v {
+        Value::Uint(n, _) => number(line, n),
+        // Two fixed-size copies rather than one of either size, which would be a call.
+        Value::Flag(true) => line.extend_from_slice(b"true"),
+        Value::Flag(false) => line.extend_from_slice(b"false"),
+        Value::Mac(mac) => hex_bytes(line, &mac.0),
+        Value::Bytes(bytes) => hex_bytes(line, bytes),
+        Value::Ipv4(a) => {
+            line.push(b'"');
+            for (i, octet) in a.octets().into_iter().enumerate() {
+                if i > 0 {
+                    line.push(b'.');
+                }
+                number(line, octet.into());
+            }
+            line.push(b'"');
+        }
+        // Writing into a Vec cannot fail.
+        Value::Ipv6(a) => {
+            let _ = write!(line, "\"{a}\"");
+        }
+        Value::Text(text) => {
+            line.push(b'"');
+            line.extend_from_slice(text.as_bytes());
+            line.push(b'"');
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use roce_wire::capture::Reader;
+
+    /// The same fields through serde_json: what the fast writer must equal.
+    fn through_serde(record: &Record, description: &Description) -> serde_json::Value {
+        let mut map = serde_json::Map::new();
+        map.insert("frame.number".into(), record.number.into());
+        let t = record.timestamp;
+        map.insert(
+            "frame.time_epoch".into(),
+            format!("{}.{:09}", t.as_secs(), t.subsec_nanos()).into(),
+        );
+        map.insert("frame.len".into(), record.original_len.into());
+        map.insert("frame.cap_len".into(), record.data.len().into());
+        for field in description.fields() {
+            let v: serde_json::Value = match field.value {
+                Value::Uint(n, _) => n.into(),
+                Value::Flag(b) => b.into(),
+                other => other.to_string().into(),
+            };
+            assert!(
+                map.insert(field.key().into(), v).is_none(),
+                "{}",
+                field.key()
+            );
+        }
+        serde_json::Value::Object(map)
+    }
+
+    #[test]
+    fn the_fast_writer_writes_what_serde_json_would_for_every_bundled_packet() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../captures");
+        let mut packets = 0;
+        for path in roce_tests::captures_under(Path::new(dir)) {
+            let bytes = std::fs::read(&path).expect("reading a capture");
+            let mut reader = Reader::new(&bytes[..]).expect("a capture");
+            let mut json = Json::new(true);
+            while let Some(record) = reader.next_record() {
+                let record = record.expect("a whole record");
+                let Ok(frame) = record.frame() else { continue };
+                let description = Description::new(&frame);
+                let mut out = Vec::new();
+                json.packet(&mut out, &record, None, &description)
+                    .and_then(|()| json.flush(&mut out))
+                    .expect("writing to memory");
+                assert_eq!(out.last(), Some(&b'\n'));
+                let ours: serde_json::Value = serde_json::from_slice(&out).expect("valid JSON");
+                assert_eq!(
+                    ours,
+                    through_serde(&record, &description),
+                    "{}",
+                    path.display()
+                );
+                packets += 1;
+            }
+        }
+        assert!(packets > 200, "only {packets} packets");
+    }
+
+    #[test]
+    fn strings_that_may_need_escaping_are_escaped() {
+        let mut json = Json::new(false);
+        let record = Record {
+            number: 7,
+            timestamp: Duration::new(1, 5),
+            link: roce_wire::capture::Link::Ethernet,
+            data: &[],
+            original_len: 0,
+        };
+        let mut out = Vec::new();
+        json.malformed(
+            &mut out,
+            &record,
+            Some(Path::new("a \"quoted\" name.pcap")),
+            &Error::UnknownOpcode(0x44),
+        )
+        .and_then(|()| json.flush(&mut out))
+        .expect("writing to memory");
+        let v: serde_json::Value = serde_json::from_slice(&out).expect("valid JSON");
+        assert_eq!(v["roce.file"], "a \"quoted\" name.pcap");
+        assert_eq!(v["frame.time_epoch"], "1.000000005");
+        assert_eq!(v["roce.malformed"], "unknown BTH opcode 0x44");
+    }
+}

@@ -1,0 +1,116 @@
+//! The human views: one line per packet, or (`-v`) a tree of every field with its byte offsets.
+
+use std::io::{self, Write};
+use std::time::Duration;
+
+use roce_wire::capture::Record;
+use roce_wire::describe::{Description, Field};
+use roce_wire::{Error, Layer};
+
+use super::link_header_len;
+
+pub fn line(
+    out: &mut impl Write,
+    record: &Record,
+    since_first: Duration,
+    description: &Description,
+) -> io::Result<()> {
+    // Seconds since the capture's first packet, to the microsecond, as tshark's packet list.
+    writeln!(
+        out,
+        "{:>5} {:>10.6} {}",
+        record.number,
+        since_first.as_secs_f64(),
+        description.summary()
+    )
+}
+
+pub fn malformed(
+    out: &mut impl Write,
+    record: &Record,
+    since_first: Duration,
+    error: &Error,
+) -> io::Result<()> {
+    write!(
+        out,
+        "{:>5} {:>10.6} malformed: {error}",
+        record.number,
+        since_first.as_secs_f64()
+    )?;
+    if record.data.len() < record.original_len as usize {
+        write!(
+            out,
+            " (the capture kept {} of its {} bytes)",
+            record.data.len(),
+            record.original_len
+        )?;
+    }
+    writeln!(out)
+}
+
+pub fn tree(
+    out: &mut impl Write,
+    record: &Record,
+    since_first: Duration,
+    description: &Description,
+) -> io::Result<()> {
+    line(out, record, since_first, description)?;
+    writeln!(
+        out,
+        "      {} bytes, at {}.{:09} s since the epoch",
+        record.data.len(),
+        record.timestamp.as_secs(),
+        record.timestamp.subsec_nanos()
+    )?;
+    let link = link_header_len(record);
+    if link > 0 {
+        writeln!(out, "    Linux cooked capture header, bytes 0..{link}")?;
+    }
+    let fields = description.fields();
+    let frame = description.frame().bytes();
+    for group in fields.chunk_by(|a, b| a.layer == b.layer) {
+        let start = group.iter().map(|f| f.bytes.start).min().unwrap_or(0);
+        let end = group.iter().map(|f| f.bytes.end).max().unwrap_or(0);
+        writeln!(out, "    {}, bytes {start}..{end}", heading(group[0].layer))?;
+        for field in group {
+            field_line(out, field, frame)?;
+        }
+    }
+    writeln!(out)
+}
+
+/// `    43      ..00 .... = Pad count: 0  [infiniband.bth.padcnt]`
+fn field_line(out: &mut impl Write, field: &Field, frame: &[u8]) -> io::Result<()> {
+    let at = &field.bytes;
+    let offsets = if at.len() == 1 {
+        at.start.to_string()
+    } else {
+        format!("{}..{}", at.start, at.end)
+    };
+    write!(out, "      {offsets:<9} ")?;
+    if let Some(bits) = field.bit_pattern(frame) {
+        write!(out, "{bits} = ")?;
+    }
+    writeln!(out, "{}: {}  [{}]", field.name(), field, field.key())
+}
+
+fn heading(layer: Layer) -> &'static str {
+    match layer {
+        Layer::Ethernet => "Ethernet",
+        Layer::Vlan => "802.1Q tag",
+        Layer::Ipv4 => "IPv4",
+        Layer::Ipv6 => "IPv6",
+        Layer::Grh => "Global Route Header (RoCEv1)",
+        Layer::Udp => "UDP",
+        Layer::Bth => "Base Transport Header (BTH)",
+        Layer::Deth => "Datagram Extended Transport Header (DETH)",
+        Layer::Feth => "FLUSH Extended Transport Header (FETH)",
+        Layer::Reth => "RDMA Extended Transport Header (RETH)",
+        Layer::AtomicEth => "Atomic Extended Transport Header (AtomicETH)",
+        Layer::Aeth => "ACK Extended Transport Header (AETH)",
+        Layer::AtomicAckEth => "Atomic ACK Extended Transport Header (AtomicAckETH)",
+        Layer::ImmDt => "Immediate Data (ImmDt)",
+        Layer::Ieth => "Invalidate Extended Transport Header (IETH)",
+        Layer::Payload => "Payload, pad and ICRC",
+    }
+}

@@ -1,0 +1,265 @@
+//! `roce decode` as a user meets it: its lines, tree, JSON, exit codes and error messages.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use roce_tests::{bundled, captures_dir, shared_captures_dir, skip};
+use roce_wire::capture::Writer;
+
+fn roce(args: &[&str], files: &[&Path]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_roce"))
+        .arg("decode")
+        .args(args)
+        .args(files)
+        .output()
+        .expect("running roce")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8(output.stdout.clone()).expect("UTF-8")
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8(output.stderr.clone()).expect("UTF-8")
+}
+
+/// A capture of `frames`, in a temporary directory that lives as long as the returned guard.
+fn capture_of(frames: &[Vec<u8>]) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("made.pcap");
+    let mut writer = Writer::new(Vec::new()).expect("writing to memory");
+    for (i, frame) in frames.iter().enumerate() {
+        writer
+            .write(bundled::time(i), frame)
+            .expect("writing to memory");
+    }
+    std::fs::write(&path, writer.into_inner()).expect("writing the capture");
+    (dir, path)
+}
+
+fn shared(name: &str) -> Option<PathBuf> {
+    let path = shared_captures_dir().join(name);
+    if path.exists() {
+        Some(path)
+    } else {
+        skip(&format!(
+            "{} is absent; the real-capture CLI test did not run",
+            path.display()
+        ));
+        None
+    }
+}
+
+#[test]
+fn lines_for_the_soft_roce_ping_pong_are_exactly_these() {
+    let Some(path) = shared("softroce-rc-pingpong.pcap") else {
+        return;
+    };
+    let output = roce(&[], &[&path]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(
+        stdout(&output),
+        "   10   0.029409 10.77.0.2 → 10.77.0.1 RC SEND_ONLY QP=0x000123 PSN=12214977 AckReq payload=64 ICRC ok
+   11   0.029682 10.77.0.1 → 10.77.0.2 RC ACKNOWLEDGE QP=0x000011 PSN=12214977 [ACK] MSN=1 ICRC ok
+   12   0.029723 10.77.0.1 → 10.77.0.2 RC SEND_ONLY QP=0x000011 PSN=43981 AckReq payload=64 ICRC ok
+   13   0.033407 10.77.0.2 → 10.77.0.1 RC ACKNOWLEDGE QP=0x000123 PSN=43981 [ACK] MSN=1 ICRC ok
+15 packets: 4 RoCE, 0 malformed, 11 not RoCE (skipped); 0 bad ICRC
+        2  RC SEND_ONLY
+        2  RC ACKNOWLEDGE
+"
+    );
+    assert_eq!(stderr(&output), "");
+}
+
+#[test]
+fn the_tree_shows_each_field_at_its_byte_offset() {
+    let path = captures_dir().join("every-opcode-vlan.pcap");
+    let output = roce(&["-v"], &[&path]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    // Frame 12: RC RDMA_WRITE_ONLY_WITH_IMMEDIATE over IPv6 in an 802.1Q tag: Ethernet 14,
+    // tag 4, IPv6 40, UDP 8, so the BTH starts at byte 66, the RETH at 78, the ImmDt at 94.
+    let frame = text
+        .split("\n\n")
+        .find(|block| block.trim_start().starts_with("12 "))
+        .expect("frame 12");
+    for expected in [
+        "    802.1Q tag, bytes 14..18",
+        "      14..16    .... 0100 0010 1100 = VLAN ID: 1068  [vlan.id]",
+        "    IPv6, bytes 18..58",
+        "      18..20    .... 0110 0011 .... = Traffic class: 0x63  [ipv6.tclass]",
+        "      19..22    .... 1100 1000 0011 1111 0111 = Flow label: 0xc83f7  [ipv6.flow]",
+        "    Base Transport Header (BTH), bytes 66..78",
+        "      66        Opcode: 11 (RC RDMA_WRITE_ONLY_WITH_IMMEDIATE)  [infiniband.bth.opcode]",
+        "      70        .1.. .... = BECN: true (congestion on the way back)  [roce.bth.becn]",
+        "      71..74    Destination QP: 0x00b0cb  [infiniband.bth.destqp]",
+        "    RDMA Extended Transport Header (RETH), bytes 78..94",
+        "      78..86    Virtual address: 0x00007f00000b0058  [infiniband.reth.va]",
+        "      94..98    Immediate data: ca:fe:00:0b  [infiniband.immdt]",
+        "      154..158  ICRC status: ok  [roce.icrc.status]",
+    ] {
+        assert!(frame.contains(expected), "no {expected:?} in\n{frame}");
+    }
+}
+
+#[test]
+fn json_has_one_object_per_roce_packet_keyed_by_tshark_names() {
+    let path = captures_dir().join("every-opcode-ipv4.pcap");
+    let output = roce(&["--json"], &[&path]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let objects: Vec<serde_json::Value> = stdout(&output)
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON object per line"))
+        .collect();
+    // 40 opcodes and the two from well-known ports; the ARP request and plain UDP are skipped.
+    assert_eq!(objects.len(), 42);
+    let read_request = objects
+        .iter()
+        .find(|o| o["infiniband.bth.opcode"] == 12)
+        .expect("an RDMA READ request");
+    assert_eq!(read_request["frame.number"], 15);
+    assert_eq!(read_request["frame.time_epoch"], "1700000000.014000182");
+    assert_eq!(read_request["ip.src"], "10.0.0.1");
+    assert_eq!(read_request["udp.dstport"], 4791);
+    assert_eq!(read_request["infiniband.bth.a"], true);
+    assert_eq!(read_request["infiniband.reth.va"], 0x7f00_000c_0060u64);
+    assert_eq!(read_request["roce.icrc.status"], "ok");
+    assert!(
+        read_request.get("data.len").is_none(),
+        "no payload, no data.len"
+    );
+    let from_dns_port = &objects[41];
+    assert_eq!(from_dns_port["udp.srcport"], 69);
+    // The summary goes to standard error, keeping standard output pure JSON.
+    assert!(stderr(&output).starts_with("44 packets: 42 RoCE, 0 malformed, 2 not RoCE"));
+}
+
+fn every_opcode_frames() -> Vec<Vec<u8>> {
+    bundled::endless_frames().take(40).collect()
+}
+
+#[test]
+fn strict_fails_on_a_bad_icrc_and_the_line_shows_both_values() {
+    let mut frames = every_opcode_frames();
+    let last = frames[3].len() - 1;
+    frames[3][last] ^= 0x01;
+    let (_dir, path) = capture_of(&frames);
+
+    let lenient = roce(&[], &[&path]);
+    assert_eq!(lenient.status.code(), Some(0));
+    let text = stdout(&lenient);
+    let bad: Vec<&str> = text.lines().filter(|l| l.contains("ICRC BAD")).collect();
+    assert_eq!(bad.len(), 1, "{text}");
+    assert!(bad[0].starts_with("    4 "), "{}", bad[0]);
+    assert!(bad[0].contains("(expected 0x"), "{}", bad[0]);
+    assert!(text.contains("; 1 bad ICRC"), "{text}");
+
+    let strict = roce(&["--strict"], &[&path]);
+    assert_eq!(strict.status.code(), Some(1));
+    let json = roce(&["--strict", "--json"], &[&path]);
+    assert_eq!(json.status.code(), Some(1));
+    assert!(stdout(&json).contains(r#""roce.icrc.status":"bad""#));
+}
+
+#[test]
+fn strict_fails_on_a_malformed_packet_which_is_shown_not_skipped() {
+    let mut frames = every_opcode_frames();
+    let cut = frames[0].len() - 5;
+    frames[0].truncate(cut);
+    let (_dir, path) = capture_of(&frames);
+    let output = roce(&["--strict"], &[&path]);
+    assert_eq!(output.status.code(), Some(1));
+    let text = stdout(&output);
+    assert!(
+        text.lines()
+            .next()
+            .is_some_and(|l| l.contains("malformed: truncated IPv4")),
+        "{text}"
+    );
+    assert!(
+        text.contains("40 packets: 39 RoCE, 1 malformed, 0 not RoCE"),
+        "{text}"
+    );
+    assert_eq!(roce(&[], &[&path]).status.code(), Some(0));
+}
+
+#[test]
+fn only_the_destination_port_makes_roce() {
+    // RoCE's port as the source, DNS's as the destination: a DNS packet, whatever tshark says.
+    let mut frames = every_opcode_frames();
+    frames[0][34..36].copy_from_slice(&4791u16.to_be_bytes());
+    frames[0][36..38].copy_from_slice(&53u16.to_be_bytes());
+    let (_dir, path) = capture_of(&frames[..2]);
+    let output = roce(&[], &[&path]);
+    assert!(stdout(&output).contains("2 packets: 1 RoCE, 0 malformed, 1 not RoCE"));
+}
+
+#[test]
+fn several_files_are_headed_by_name_and_summed() {
+    let a = captures_dir().join("aeth-syndromes.pcap");
+    let b = captures_dir().join("linux-cooked-sll2.pcap");
+    let output = roce(&[], &[&a, &b]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    assert!(text.starts_with(&format!("{}:\n", a.display())), "{text}");
+    assert!(text.contains(&format!("\n{}:\n", b.display())), "{text}");
+    assert!(text.contains("28 packets: 28 RoCE"), "{text}");
+    assert!(
+        text.contains("[NAK, remote access error] MSN=1011"),
+        "{text}"
+    );
+    assert!(text.contains("[RNR NAK, retry after 655.36 ms]"), "{text}");
+}
+
+/// Exit code 2 and exactly one line on standard error, nothing on standard output.
+fn assert_one_line_failure(output: &Output, expected: &str) {
+    assert_eq!(output.status.code(), Some(2));
+    assert_eq!(stderr(output), format!("roce: {expected}\n"));
+    assert_eq!(stdout(output), "");
+}
+
+#[test]
+fn a_missing_file_is_one_line_and_exit_2() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let missing = dir.path().join("missing.pcap");
+    let good = captures_dir().join("padding.pcap");
+    let output = roce(&[], &[&good, &missing]);
+    assert_one_line_failure(&output, &format!("{}: no such file", missing.display()));
+}
+
+#[test]
+fn a_file_that_is_not_a_capture_is_one_line_and_exit_2() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let text = dir.path().join("notes.txt");
+    std::fs::write(&text, "these are notes, not packets\n").expect("writing a file");
+    let output = roce(&["--json"], &[&text]);
+    assert_one_line_failure(
+        &output,
+        &format!("{}: not a pcap or pcapng capture", text.display()),
+    );
+    let output = roce(&[], &[dir.path()]);
+    assert_eq!(output.status.code(), Some(2));
+    assert_eq!(stderr(&output).lines().count(), 1, "{}", stderr(&output));
+}
+
+#[test]
+fn a_capture_cut_short_prints_what_it_has_then_one_error_line() {
+    let bytes = std::fs::read(captures_dir().join("every-opcode-ipv4.pcap")).expect("reading");
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let cut = dir.path().join("cut.pcap");
+    std::fs::write(&cut, &bytes[..bytes.len() - 10]).expect("writing a file");
+    let output = roce(&[], &[&cut]);
+    assert_eq!(output.status.code(), Some(2));
+    assert_eq!(
+        stderr(&output),
+        format!(
+            "roce: {}: the capture ends in the middle of a record\n",
+            cut.display()
+        )
+    );
+    assert_eq!(stdout(&output).lines().count(), 41);
+    // JSON, which is handed on in chunks, also shows everything before the damage.
+    let json = roce(&["--json"], &[&cut]);
+    assert_eq!(json.status.code(), Some(2));
+    assert_eq!(stdout(&json).lines().count(), 41);
+}
