@@ -16,7 +16,7 @@ mod signals;
 use std::process::ExitCode;
 
 use clap::error::ErrorKind;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 pub use failure::Failure;
 
@@ -98,7 +98,7 @@ fn init_logging() {
 }
 
 /// Help and version as clap prints them; a bad argument as one line, `roce: <what is wrong>
-/// (see roce <command> --help)`, with exit code 2.
+/// (see roce <command> --help)`, with exit code 2, as every other error is one line.
 fn argument_error(e: clap::Error) -> ExitCode {
     if matches!(
         e.kind(),
@@ -109,23 +109,26 @@ fn argument_error(e: clap::Error) -> ExitCode {
         let _ = e.print();
         return ExitCode::from(e.exit_code() as u8);
     }
+    // clap's message runs to the first blank line (the possible values, the missing
+    // arguments); the usage and the hint after it are what `--help` is for.
     let text = e.render().to_string();
-    let what = text
+    let what: Vec<&str> = text
         .lines()
-        .next()
-        .unwrap_or("bad arguments")
-        .trim_start_matches("error: ");
-    // "Usage: roce demo [OPTIONS]" names the command the help is for.
-    let command: Vec<&str> = text
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("Usage: "))
-        .map(|usage| {
-            usage
-                .split_whitespace()
-                .take_while(|w| !w.starts_with(['[', '<', '-']))
-                .collect()
-        })
-        .unwrap_or_else(|| vec!["roce"]);
-    eprintln!("roce: {what} (see {} --help)", command.join(" "));
+        .take_while(|l| !l.trim().is_empty())
+        .map(str::trim)
+        .collect();
+    let what = what.join(" ");
+    let what = what.trim_start_matches("error: ");
+    // The subcommands named on the command line, for the help to look at.
+    let mut command = Cli::command();
+    let mut path = vec!["roce".to_owned()];
+    for word in std::env::args().skip(1) {
+        let Some(sub) = command.find_subcommand(&word).cloned() else {
+            break;
+        };
+        path.push(word);
+        command = sub;
+    }
+    eprintln!("roce: {what} (see {} --help)", path.join(" "));
     ExitCode::from(2)
 }

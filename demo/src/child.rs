@@ -3,7 +3,7 @@
 //! kernel ends them too if the demo dies first (a parent-death signal), so no frozen target
 //! and no NIC outlives a killed demo.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::process::{Child as StdChild, ChildStderr, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
@@ -46,17 +46,10 @@ impl Child {
         let mut child = cmd
             .spawn()
             .map_err(|e| DemoError::because(&format!("cannot start the {what}"), e))?;
-        let (tx, stdout) = mpsc::channel();
-        if let Some(out) = child.stdout.take() {
-            std::thread::spawn(move || {
-                for line in BufReader::new(out).lines() {
-                    let Ok(line) = line else { break };
-                    if tx.send(line).is_err() {
-                        break;
-                    }
-                }
-            });
-        }
+        let stdout = match child.stdout.take() {
+            Some(out) => lines(out),
+            None => mpsc::channel().1,
+        };
         Ok(Child {
             stdin: child.stdin.take(),
             stderr: child.stderr.take(),
@@ -64,6 +57,11 @@ impl Child {
             what: what.to_owned(),
             stdout,
         })
+    }
+
+    /// Its standard output's lines, for the caller to read from now on.
+    pub fn take_lines(&mut self) -> Receiver<String> {
+        std::mem::replace(&mut self.stdout, mpsc::channel().1)
     }
 
     pub fn pid(&self) -> i32 {
@@ -108,6 +106,20 @@ impl Child {
         }
         false
     }
+}
+
+/// The lines of `from`, read by a thread of their own as they come.
+pub fn lines(from: impl Read + Send + 'static) -> Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(from).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
 }
 
 impl Drop for Child {

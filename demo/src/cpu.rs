@@ -93,16 +93,34 @@ fn task_use(task: &Task) -> Result<CpuUse, DemoError> {
     })
 }
 
+/// The state (`R`, `S`, `T`...) of each thread of `whom`; empty if it is gone.
+fn states(whom: Whom) -> Vec<char> {
+    match whom {
+        Whom::Thread(tid) => Process::myself()
+            .and_then(|me| me.task_from_tid(tid))
+            .and_then(|t| t.stat())
+            .map(|s| vec![s.state])
+            .unwrap_or_default(),
+        Whom::Process(pid) => match Process::new(pid).and_then(|p| p.tasks()) {
+            Ok(tasks) => tasks
+                .flatten()
+                .filter_map(|t| t.stat().ok().map(|s| s.state))
+                .collect(),
+            Err(_) => Vec::new(),
+        },
+    }
+}
+
 /// Whether every thread of process `pid` is stopped (state `T`): SIGSTOP has taken effect.
 pub fn is_stopped(pid: i32) -> bool {
-    let Ok(tasks) = Process::new(pid).and_then(|p| p.tasks()) else {
-        return false;
-    };
-    let states: Vec<char> = tasks
-        .flatten()
-        .filter_map(|t| t.stat().ok().map(|s| s.state))
-        .collect();
+    let states = states(Whom::Process(pid));
     !states.is_empty() && states.iter().all(|&s| s == 'T')
+}
+
+/// Whether every thread of `whom` is asleep (state `S`), waiting for something.
+pub fn is_sleeping(whom: Whom) -> bool {
+    let states = states(whom);
+    !states.is_empty() && states.iter().all(|&s| s == 'S')
 }
 
 /// One reading of the sampler: when (since the Unix epoch) and the time on a CPU so far.
@@ -192,6 +210,7 @@ mod tests {
         });
         let whom = Whom::Thread(tid_rx.recv().unwrap());
         std::thread::sleep(Duration::from_millis(20));
+        assert!(is_sleeping(whom));
         let before = measure(whom).unwrap();
         std::thread::sleep(Duration::from_millis(50));
         assert_eq!(measure(whom).unwrap(), before, "blocked on a channel");
@@ -212,6 +231,7 @@ mod tests {
     fn this_process_is_running_not_stopped() {
         let me = std::process::id() as i32;
         assert!(!is_stopped(me));
+        assert!(!is_sleeping(Whom::Process(me)), "this thread is running");
         let cpu = measure(Whom::Process(me)).unwrap();
         assert!(cpu.on_cpu > Duration::ZERO);
         assert!(cpu.seconds() >= 0.0);

@@ -6,7 +6,9 @@
 pub mod processes;
 pub mod threads;
 
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::io::Write;
+use std::os::unix::net::UnixStream;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -27,8 +29,10 @@ pub const INITIATOR_IP: [u8; 4] = [10, 0, 0, 1];
 pub const TARGET_IP: [u8; 4] = [10, 0, 0, 2];
 /// How long the target program may take to answer a command.
 pub const ANSWER: Duration = Duration::from_secs(10);
-/// How long a frozen process may take to stop.
+/// How long a frozen process may take to stop, or a target thread to go to sleep.
 const STOPPING: Duration = Duration::from_secs(2);
+/// How long a sleeping target thread's CPU time must stay put to count as asleep.
+const SETTLE: Duration = Duration::from_millis(5);
 
 /// How the pieces run, for the narration.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,17 +73,14 @@ enum Stage {
     },
 }
 
-/// How the demo reaches the target program.
-enum Channel {
-    Process {
-        child: Child,
-        /// Its standard error, for the reason it failed.
-        stderr: Arc<Mutex<String>>,
-    },
-    Thread {
-        commands: Sender<ToTarget>,
-        answers: Receiver<FromTarget>,
-    },
+/// How the demo reaches the target program: command lines in, answer lines out — the
+/// process's standard input and output, or a socket to the thread.
+struct Channel {
+    commands: Box<dyn Write + Send>,
+    answers: Receiver<String>,
+    /// The target process and what it wrote to standard error (its reason, if it fails);
+    /// `None` for a thread.
+    process: Option<(Child, Arc<Mutex<String>>)>,
 }
 
 /// The target program, seen from the demo.
@@ -93,66 +94,61 @@ pub struct TargetHandle {
 }
 
 impl Channel {
+    /// The channel to a target process.
+    fn process(mut child: Child, stderr: Arc<Mutex<String>>) -> Result<Channel, DemoError> {
+        let commands = child
+            .stdin
+            .take()
+            .ok_or_else(|| DemoError::failed("the target program's input is closed"))?;
+        Ok(Channel {
+            commands: Box::new(commands),
+            answers: child.take_lines(),
+            process: Some((child, stderr)),
+        })
+    }
+
+    /// The channel to a target thread, over its socket.
+    fn thread(socket: UnixStream) -> Result<Channel, DemoError> {
+        let commands = socket
+            .try_clone()
+            .map_err(|e| DemoError::because("cannot talk to the target thread", e))?;
+        Ok(Channel {
+            commands: Box::new(commands),
+            answers: crate::child::lines(socket),
+            process: None,
+        })
+    }
+
     /// Gives the target a command.
     fn tell(&mut self, command: &ToTarget) -> Result<(), DemoError> {
-        match self {
-            Channel::Process { child, .. } => {
-                use std::io::Write;
-                let stdin = child
-                    .stdin
-                    .as_mut()
-                    .ok_or_else(|| DemoError::failed("the target program's input is closed"))?;
-                let mut line = serde_json::to_string(command)
-                    .map_err(|e| DemoError::because("cannot encode a command", e))?;
-                line.push('\n');
-                stdin
-                    .write_all(line.as_bytes())
-                    .and_then(|()| stdin.flush())
-                    .map_err(|e| DemoError::because("the target program does not listen", e))
-            }
-            Channel::Thread { commands, .. } => commands
-                .send(command.clone())
-                .map_err(|_| DemoError::failed("the target thread has ended")),
-        }
+        let mut line = serde_json::to_string(command)
+            .map_err(|e| DemoError::because("cannot encode a command", e))?;
+        line.push('\n');
+        self.commands
+            .write_all(line.as_bytes())
+            .and_then(|()| self.commands.flush())
+            .map_err(|e| DemoError::because("the target program does not listen", e))
     }
 
     /// The target's next answer, waiting at most `timeout`. A `Failed` answer is an error.
     fn answer(&mut self, timeout: Duration) -> Result<FromTarget, DemoError> {
-        let answer = match self {
-            Channel::Process { child, stderr } => {
-                let deadline = Instant::now() + timeout;
-                loop {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    match child.line(left)? {
-                        Some(line) => match serde_json::from_str::<FromTarget>(&line) {
-                            Ok(answer) => break answer,
-                            // Not a message: nothing the demo asked for.
-                            Err(_) => continue,
-                        },
-                        None => {
-                            // Give its standard error a moment to arrive.
-                            std::thread::sleep(Duration::from_millis(50));
-                            let said = stderr.lock().unwrap_or_else(|e| e.into_inner());
-                            let last = said.lines().last().unwrap_or("no reason given");
-                            return Err(DemoError::failed(format!(
-                                "the target program exited: {last}"
-                            )));
-                        }
-                    }
-                }
-            }
-            Channel::Thread { answers, .. } => match answers.recv_timeout(timeout) {
-                Ok(answer) => answer,
+        let deadline = Instant::now() + timeout;
+        let answer = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.answers.recv_timeout(left) {
+                // A line that is no message is nothing the demo asked for.
+                Ok(line) => match serde_json::from_str::<FromTarget>(&line) {
+                    Ok(answer) => break answer,
+                    Err(_) => continue,
+                },
                 Err(RecvTimeoutError::Timeout) => {
                     return Err(DemoError::failed(format!(
-                        "the target thread said nothing for {} s",
+                        "the target program said nothing for {} s",
                         timeout.as_secs()
                     )))
                 }
-                Err(RecvTimeoutError::Disconnected) => {
-                    return Err(DemoError::failed("the target thread has ended"))
-                }
-            },
+                Err(RecvTimeoutError::Disconnected) => return Err(self.ended()),
+            }
         };
         match answer {
             FromTarget::Failed { why } => Err(DemoError::failed(format!(
@@ -160,6 +156,18 @@ impl Channel {
             ))),
             answer => Ok(answer),
         }
+    }
+
+    /// Why the target stopped answering: its last words, if it is a process.
+    fn ended(&self) -> DemoError {
+        let Some((_, stderr)) = &self.process else {
+            return DemoError::failed("the target thread has ended");
+        };
+        // Give its standard error a moment to arrive.
+        std::thread::sleep(Duration::from_millis(50));
+        let said = stderr.lock().unwrap_or_else(|e| e.into_inner());
+        let last = said.lines().last().unwrap_or("no reason given");
+        DemoError::failed(format!("the target program exited: {last}"))
     }
 }
 
@@ -174,9 +182,9 @@ impl TargetHandle {
                 "the target program did not start as expected",
             ));
         };
-        let whom = match &channel {
-            Channel::Process { child, .. } => Whom::Process(child.pid()),
-            Channel::Thread { .. } => Whom::Thread(shared.tid),
+        let whom = match &channel.process {
+            Some((child, _)) => Whom::Process(child.pid()),
+            None => Whom::Thread(shared.tid),
         };
         Ok(TargetHandle {
             region: region(&shared)?,
@@ -188,7 +196,7 @@ impl TargetHandle {
 
     /// Whether the target is a process of its own (and can be frozen).
     pub fn is_process(&self) -> bool {
-        matches!(self.channel, Channel::Process { .. })
+        self.channel.process.is_some()
     }
 
     pub fn tell(&mut self, command: &ToTarget) -> Result<(), DemoError> {
@@ -207,10 +215,10 @@ impl TargetHandle {
 
     /// Freezes the target process (SIGSTOP) and waits until every thread of it has stopped.
     /// A target thread cannot be frozen alone; it blocks on its command channel instead,
-    /// which runs no code either, and this does nothing.
+    /// which runs no code either: this waits until it is asleep there.
     pub fn freeze(&self) -> Result<(), DemoError> {
-        let Channel::Process { child, .. } = &self.channel else {
-            return Ok(());
+        let Some((child, _)) = &self.channel.process else {
+            return self.asleep();
         };
         child.signal(Signal::STOP)?;
         let deadline = Instant::now() + STOPPING;
@@ -225,11 +233,29 @@ impl TargetHandle {
         Ok(())
     }
 
+    /// Waits until the target sleeps — it has answered its last command and gone back to
+    /// waiting for something — so that its CPU time stays put (two readings [`SETTLE`] apart).
+    pub fn asleep(&self) -> Result<(), DemoError> {
+        let deadline = Instant::now() + STOPPING;
+        let mut last = self.cpu()?;
+        loop {
+            std::thread::sleep(SETTLE);
+            let now = self.cpu()?;
+            if now == last && cpu::is_sleeping(self.whom) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(DemoError::failed("the target program does not go to sleep"));
+            }
+            last = now;
+        }
+    }
+
     /// Lets a frozen target process run again (SIGCONT).
     pub fn thaw(&self) -> Result<(), DemoError> {
-        match &self.channel {
-            Channel::Process { child, .. } => child.signal(Signal::CONT),
-            Channel::Thread { .. } => Ok(()),
+        match &self.channel.process {
+            Some((child, _)) => child.signal(Signal::CONT),
+            None => Ok(()),
         }
     }
 

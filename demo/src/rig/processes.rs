@@ -155,7 +155,7 @@ pub fn start(roce: &Path, plan: &Plan, wire: Arc<Wire>) -> Result<Rig, DemoError
         });
     }
     let target_pid = child.pid();
-    let target = TargetHandle::ready(Channel::Process { child, stderr }, |_| {
+    let target = TargetHandle::ready(Channel::process(child, stderr)?, |_| {
         let mapped = Region::attach(&region)
             .map_err(|e| DemoError::because("cannot map the target's memory", e))?;
         // Mapped by the target, its NIC and the demo: the name is no longer needed, and a

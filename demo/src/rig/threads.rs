@@ -59,8 +59,8 @@ pub fn start(plan: &Plan, wire: Arc<Wire>, capture: &Capture) -> Result<Rig, Dem
         Region::anonymous(plan.region_len)
             .map_err(|e| DemoError::because("cannot allocate the target's memory", e))?,
     );
-    let (commands, answers) = target::spawn_thread(open(&target_nic)?, Arc::clone(&region), plan)?;
-    let target = TargetHandle::ready(Channel::Thread { commands, answers }, |_| Ok(region))?;
+    let socket = target::spawn_thread(open(&target_nic)?, Arc::clone(&region), plan)?;
+    let target = TargetHandle::ready(Channel::thread(socket)?, |_| Ok(region))?;
     let layout = Layout::Threads {
         nics: [INITIATOR_NIC.to_owned(), TARGET_NIC.to_owned()],
         target: target.shared.tid,

@@ -10,8 +10,8 @@
 
 pub mod protocol;
 
-use std::io::{self, BufRead, Write};
-use std::sync::mpsc::{self, Receiver, Sender};
+use std::io::{self, BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -219,18 +219,32 @@ pub fn opcode_name(op: WcOpcode) -> &'static str {
     }
 }
 
-/// Runs the target program: set up, say `Ready`, then answer commands until they end. A
-/// failure is said (`Failed`) before it is returned.
+/// Runs the target program: set up, say `Ready`, then answer each command line of `input`
+/// with a line on `output`, until `input` ends. A failure is said (`Failed`) before it is
+/// returned.
 fn serve(
     ctx: &Context,
     region: Arc<Region>,
     plan: &Plan,
-    commands: impl Iterator<Item = ToTarget>,
-    mut say: impl FnMut(&FromTarget),
+    input: impl BufRead,
+    mut output: impl Write,
 ) -> Result<(), DemoError> {
+    let mut say = |message: &FromTarget| {
+        // One write a line, so a reader never wakes for half a message. A demo that went away
+        // cannot be told; the target ends with its input.
+        if let Ok(mut line) = serde_json::to_string(message) {
+            line.push('\n');
+            let _ = output.write_all(line.as_bytes());
+            let _ = output.flush();
+        }
+    };
     let result = (|| -> Result<(), DemoError> {
         let target = Target::set_up(ctx, region, plan)?;
         say(&FromTarget::Ready(target.shared(ctx)?));
+        let commands = input
+            .lines()
+            .map_while(Result::ok)
+            .map_while(|line| serde_json::from_str::<ToTarget>(&line).ok());
         for command in commands {
             say(&target.handle(command)?);
         }
@@ -256,37 +270,34 @@ pub fn run_process(
     let ctx = roce_nic::host::connect(nic).map_err(verbs("cannot open the target's NIC"))?;
     let region = Region::create(region, plan.region_len)
         .map_err(|e| DemoError::because("cannot create the target's memory", e))?;
-    let commands = io::stdin()
-        .lock()
-        .lines()
-        .map_while(Result::ok)
-        .map_while(|line| serde_json::from_str::<ToTarget>(&line).ok());
-    serve(&ctx, Arc::new(region), &plan, commands, |message| {
-        let mut out = io::stdout().lock();
-        // A demo that went away cannot be told; the target ends with its input.
-        let _ = serde_json::to_writer(&mut out, message);
-        let _ = writeln!(out);
-        let _ = out.flush();
-    })
+    serve(
+        &ctx,
+        Arc::new(region),
+        &plan,
+        io::stdin().lock(),
+        io::stdout(),
+    )
 }
 
-/// The target program as a thread of this process, on the context `ctx`: commands in,
-/// answers out.
+/// The target program as a thread of this process, on the context `ctx`. It talks over a
+/// socket, the other end of which is returned: waiting for its next command it sleeps in a
+/// read, as the process does, where nothing but a command can wake it.
 pub fn spawn_thread(
     ctx: Context,
     region: Arc<Region>,
     plan: &Plan,
-) -> Result<(Sender<ToTarget>, Receiver<FromTarget>), DemoError> {
-    let (command_tx, command_rx) = mpsc::channel();
-    let (answer_tx, answer_rx) = mpsc::channel();
+) -> Result<UnixStream, DemoError> {
+    let (mine, theirs) = UnixStream::pair()
+        .map_err(|e| DemoError::because("cannot connect to the target thread", e))?;
+    let input = theirs
+        .try_clone()
+        .map_err(|e| DemoError::because("cannot connect to the target thread", e))?;
     let plan = plan.clone();
     std::thread::Builder::new()
         .name("demo-target".into())
         .spawn(move || {
-            let _ = serve(&ctx, region, &plan, command_rx.into_iter(), |m| {
-                let _ = answer_tx.send(m.clone());
-            });
+            let _ = serve(&ctx, region, &plan, BufReader::new(input), theirs);
         })
         .map_err(|e| DemoError::because("cannot start the target thread", e))?;
-    Ok((command_tx, answer_rx))
+    Ok(mine)
 }

@@ -279,8 +279,8 @@ impl Act<'_, '_> {
     }
 
     fn freeze(&mut self) -> Result<(), DemoError> {
+        self.rig.target.freeze()?;
         if self.rig.target.is_process() {
-            self.rig.target.freeze()?;
             self.record.frozen = Some((since_epoch(), None));
             self.story.say(format!(
                 "The demo freezes the target: SIGSTOP to process {}. Every thread of it is now \
@@ -308,8 +308,8 @@ impl Act<'_, '_> {
         self.rig.target.tell(&ToTarget::AwaitCompletion {
             timeout_ms: TARGET_WAIT_MS,
         })?;
-        // Let it get into its wait before its CPU time is taken.
-        std::thread::sleep(Duration::from_millis(50));
+        // Into its wait before its CPU time is taken.
+        self.rig.target.asleep()?;
         self.story.say(format!(
             "The target posted a receive (buffer at VA {addr:#x}, {length} bytes) for the \
              completion to come, and went to sleep waiting for it (ibv_get_cq_event)."

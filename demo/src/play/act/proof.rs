@@ -18,7 +18,7 @@ use crate::{DemoError, Scenario, Side};
 /// Bytes per line of a memory dump: the window ends a line after the bytes it shows.
 const LINE: u64 = 16;
 /// Bytes of what the target found that the narration quotes.
-const QUOTED: usize = 64;
+const QUOTED: usize = 96;
 
 fn same(changed: bool) -> &'static str {
     if changed {
