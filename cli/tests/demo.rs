@@ -464,5 +464,13 @@ fn a_demo_killed_while_its_target_is_frozen_leaves_nothing_behind() {
     for pid in nic_pids.iter().chain([&target]) {
         eventually(&format!("process {pid} gone"), || !alive(*pid));
     }
+    // The NICs ended cleanly, on the SIGTERM the kernel sent them for the demo: they removed
+    // their rings and doorbells from /dev/shm.
+    let names: Vec<String> = std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with(&format!("roce-demo{demo}")))
+        .collect();
+    assert!(names.is_empty(), "left in /dev/shm: {names:?}");
     let _ = run.wait(Duration::from_secs(10));
 }

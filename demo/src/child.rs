@@ -1,9 +1,10 @@
 //! The demo's child processes (two NICs and the target program), each in a guard that ends it
 //! when dropped: continued first (it may be frozen), then asked to stop, then killed. The
 //! kernel ends them too if the demo dies first (a parent-death signal), so no frozen target
-//! and no NIC outlives a killed demo.
+//! and no NIC outlives a killed demo, and a NIC still removes its shared memory.
 
 use std::io::{BufRead, BufReader, Read};
+use std::os::unix::process::CommandExt;
 use std::process::{Child as StdChild, ChildStderr, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
@@ -34,11 +35,15 @@ impl Child {
     ) -> Result<Child, DemoError> {
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+            .stderr(Stdio::piped())
+            // A process group of its own: a Ctrl-C or a hang-up of the demo's terminal goes to
+            // the demo, whose end then ends the child in order (below), not to the child
+            // directly, which a hang-up would kill before a NIC cleans up its shared memory.
+            .process_group(0);
         // SAFETY: the closure runs between fork and exec and makes only the prctl system call,
         // which is async-signal-safe; it touches no memory of the parent.
         unsafe {
-            std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+            cmd.pre_exec(move || {
                 rustix::process::set_parent_process_death_signal(Some(on_parent_death))
                     .map_err(std::io::Error::from)
             });
