@@ -128,7 +128,7 @@ fn the_page_renders_in_chromium_with_every_frame() {
     let mut screenshot = chromium(profile.path());
     screenshot
         .arg(format!("--screenshot={}", shot.display()))
-        .arg("--window-size=1280,1600")
+        .arg("--window-size=1000,1500")
         .arg(format!("file://{}", page.display()));
     output(screenshot);
     let png = std::fs::read(&shot).unwrap();
