@@ -33,6 +33,8 @@ const SAMPLING: Duration = Duration::from_millis(1);
 const SETTLING: Duration = Duration::from_secs(2);
 /// RNR NAKs the `send` scenario waits for before the target wakes.
 const RNR_NAKS: usize = 2;
+/// Frames a timeline shows at most: a long SEND's window of packets would fill screens.
+const TIMELINE_FRAMES: usize = 40;
 /// How long the target of `imm` and `send` may sleep waiting for its completion.
 const TARGET_WAIT_MS: u64 = 30_000;
 
@@ -141,6 +143,17 @@ fn quote(payload: &Payload) -> String {
         Payload::Pattern(n) => format!("{n} bytes of a test pattern"),
         p => format!("“{}”", printable(&p.bytes())),
     }
+}
+
+/// Bytes of memory the narration quotes at most.
+const QUOTED: usize = 96;
+
+/// The first bytes of something `whole` bytes long, quoted as text: `“…”`, at most
+/// [`QUOTED`] of them, and `…` after the quote if there is more.
+fn quote_bytes(bytes: &[u8], whole: usize) -> String {
+    let cut = &bytes[..bytes.len().min(QUOTED)];
+    let more = if cut.len() < whole { "…" } else { "" };
+    format!("“{}”{more}", printable(cut))
 }
 
 fn hex_u64(v: u64) -> String {
@@ -576,7 +589,19 @@ impl Act<'_, '_> {
         }
         beats.extend(events.into_iter().map(|e| (e.at, Beat::Decision(e))));
         beats.sort_by_key(|(at, _)| *at);
-        for (_, beat) in beats {
+        let mut frames_told = 0;
+        let total = beats.len();
+        for (told, (_, beat)) in beats.into_iter().enumerate() {
+            if matches!(beat, Beat::Packet { .. } | Beat::PacketLine(_)) {
+                if frames_told == TIMELINE_FRAMES {
+                    self.story.say(format!(
+                        "… and {} more frames and decisions (the pcap has every frame).",
+                        total - told
+                    ));
+                    break;
+                }
+                frames_told += 1;
+            }
             self.story.tell(beat);
         }
     }

@@ -4,21 +4,18 @@
 
 use roce_wire::aeth::{NakCode, Syndrome};
 
-use super::{touched, Act};
+use super::{quote_bytes, touched, Act};
 use crate::events::since_epoch;
 use crate::plan::{self, Payload};
 use crate::rig::ANSWER;
 use crate::story::Beat;
 use crate::target::protocol::REPORTED;
 use crate::target::{FromTarget, ToTarget};
-use crate::text::packet::printable;
 use crate::wire::LISTED;
 use crate::{DemoError, Scenario, Side};
 
 /// Bytes per line of a memory dump: the window ends a line after the bytes it shows.
 const LINE: u64 = 16;
-/// Bytes of what the target found that the narration quotes.
-const QUOTED: usize = 96;
 
 fn same(changed: bool) -> &'static str {
     if changed {
@@ -262,9 +259,9 @@ impl Act<'_, '_> {
         };
         self.story.say(format!(
             "The target woke with a completion: {opcode} {status}, {byte_len} bytes, immediate \
-             data {:#x}. At that offset of its memory it found “{}”.",
+             data {:#x}. At that offset of its memory it found {}.",
             imm.unwrap_or_default(),
-            printable(&bytes)
+            quote_bytes(&bytes, byte_len as usize)
         ));
         let expected = prefix(&self.plan.payload, bytes.len());
         self.story.proof(
@@ -330,16 +327,10 @@ impl Act<'_, '_> {
             );
             return Ok(());
         }
-        let quoted = &bytes[..bytes.len().min(QUOTED)];
         self.story.say(format!(
-            "The target program looks at offset {:#x} of its memory and finds “{}”{}.",
+            "The target program looks at offset {:#x} of its memory and finds {}.",
             range.start,
-            printable(quoted),
-            if quoted.len() < self.plan.payload.len() {
-                "…"
-            } else {
-                ""
-            }
+            quote_bytes(&bytes, self.plan.payload.len())
         ));
         let expected = prefix(&self.plan.payload, bytes.len());
         let text = if self.plan.scenario == Scenario::Read {

@@ -5,10 +5,9 @@
 
 use std::time::Duration;
 
-use super::{is_rnr_nak, Act, RNR_NAKS, TARGET_WAIT_MS};
+use super::{is_rnr_nak, quote_bytes, Act, RNR_NAKS, TARGET_WAIT_MS};
 use crate::rig::ANSWER;
 use crate::target::{FromTarget, ToTarget};
-use crate::text::packet::printable;
 use crate::{DemoError, Side};
 
 /// How long the RNR NAKs may take to come.
@@ -95,8 +94,8 @@ impl Act<'_, '_> {
         {
             self.story.say(format!(
                 "The target's completion: {opcode} {status}, {byte_len} bytes; in its buffer \
-                 “{}”.",
-                printable(&bytes)
+                 {}.",
+                quote_bytes(&bytes, byte_len as usize)
             ));
         }
         self.counted()?;
