@@ -401,6 +401,8 @@ fn bad_options_are_one_line_and_exit_code_2() {
         (&["demo", "--size", "12Q"][..], "roce: --size 12Q: \"12Q\" is not a size: use a number with an optional K, M, G or T suffix\n"),
         (&["demo", "--scenario", "atomic", "--size", "1M"][..], "roce: --size does not apply to the atomic scenario (it moves what it needs)\n"),
         (&["demo", "--step", "--quiet"][..], "roce: the argument '--step' cannot be used with '--quiet' (see roce demo --help)\n"),
+        (&["demo", "--html", "/nonexistent/page.html"][..], "roce: cannot create the page /nonexistent/page.html: No such file or directory (os error 2)\n"),
+        (&["demo", "--pcap", "/nonexistent/run.pcap"][..], "roce: cannot create the capture file /nonexistent/run.pcap: No such file or directory (os error 2)\n"),
     ] {
         let done = env.run(args);
         assert_eq!(done.status.code(), Some(2), "{args:?}");

@@ -5,6 +5,8 @@ mod act;
 mod initiator;
 mod memory;
 
+use std::fs::File;
+use std::io::Write;
 use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -68,6 +70,16 @@ pub struct Record {
 pub fn run(options: &Options, observer: &mut dyn Observer) -> Result<(), DemoError> {
     let plan = Plan::new(options.scenario, options.size)?;
     let wire = Wire::new(options.pcap.as_deref(), plan.dropped_frame())?;
+    // Created now, so that a page that cannot be written fails the run before it starts.
+    let page_file = match &options.html {
+        Some(path) => Some((
+            path,
+            File::create(path).map_err(|e| {
+                DemoError::Usage(format!("cannot create the page {}: {e}", path.display()))
+            })?,
+        )),
+        None => None,
+    };
     let mut rig = match &options.mode {
         Mode::InProcess => {
             let capture = Capture::install(plan.detailed())?;
@@ -84,7 +96,7 @@ pub fn run(options: &Options, observer: &mut dyn Observer) -> Result<(), DemoErr
     // The NICs stop before the capture is closed, so it holds every frame they sent.
     drop(rig);
     wire.finish()?;
-    if let Some(path) = &options.html {
+    if let Some((path, mut file)) = page_file {
         let page = html::Page {
             scenario: options.scenario,
             plan: &plan,
@@ -92,7 +104,7 @@ pub fn run(options: &Options, observer: &mut dyn Observer) -> Result<(), DemoErr
             record: &record,
             beats: story.beats(),
         };
-        std::fs::write(path, page.render()).map_err(|e| {
+        file.write_all(page.render().as_bytes()).map_err(|e| {
             DemoError::because(&format!("cannot write the page {}", path.display()), e)
         })?;
     }
