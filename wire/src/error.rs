@@ -49,6 +49,30 @@ impl fmt::Display for Layer {
     }
 }
 
+impl Layer {
+    /// The header's full name, as a decoder's tree heads its fields with it.
+    pub fn title(self) -> &'static str {
+        match self {
+            Layer::Ethernet => "Ethernet",
+            Layer::Vlan => "802.1Q tag",
+            Layer::Ipv4 => "IPv4",
+            Layer::Ipv6 => "IPv6",
+            Layer::Grh => "Global Route Header (RoCEv1)",
+            Layer::Udp => "UDP",
+            Layer::Bth => "Base Transport Header (BTH)",
+            Layer::Deth => "Datagram Extended Transport Header (DETH)",
+            Layer::Feth => "FLUSH Extended Transport Header (FETH)",
+            Layer::Reth => "RDMA Extended Transport Header (RETH)",
+            Layer::AtomicEth => "Atomic Extended Transport Header (AtomicETH)",
+            Layer::Aeth => "ACK Extended Transport Header (AETH)",
+            Layer::AtomicAckEth => "Atomic ACK Extended Transport Header (AtomicAckETH)",
+            Layer::ImmDt => "Immediate Data (ImmDt)",
+            Layer::Ieth => "Invalidate Extended Transport Header (IETH)",
+            Layer::Payload => "Payload, pad and ICRC",
+        }
+    }
+}
+
 /// Why a frame is not RoCE at all. Not a fault of the frame: a capture or a port carries other
 /// traffic too (ARP, TCP, ...), and those frames go elsewhere.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use roce_wire::capture::Record;
 use roce_wire::describe::{Description, Field};
-use roce_wire::{Error, Layer};
+use roce_wire::Error;
 
 use super::link_header_len;
 
@@ -71,7 +71,7 @@ pub fn tree(
     for group in fields.chunk_by(|a, b| a.layer == b.layer) {
         let start = group.iter().map(|f| f.bytes.start).min().unwrap_or(0);
         let end = group.iter().map(|f| f.bytes.end).max().unwrap_or(0);
-        writeln!(out, "    {}, bytes {start}..{end}", heading(group[0].layer))?;
+        writeln!(out, "    {}, bytes {start}..{end}", group[0].layer.title())?;
         for field in group {
             field_line(out, field, frame)?;
         }
@@ -92,25 +92,4 @@ fn field_line(out: &mut impl Write, field: &Field, frame: &[u8]) -> io::Result<(
         write!(out, "{bits} = ")?;
     }
     writeln!(out, "{}: {}  [{}]", field.name(), field, field.key())
-}
-
-fn heading(layer: Layer) -> &'static str {
-    match layer {
-        Layer::Ethernet => "Ethernet",
-        Layer::Vlan => "802.1Q tag",
-        Layer::Ipv4 => "IPv4",
-        Layer::Ipv6 => "IPv6",
-        Layer::Grh => "Global Route Header (RoCEv1)",
-        Layer::Udp => "UDP",
-        Layer::Bth => "Base Transport Header (BTH)",
-        Layer::Deth => "Datagram Extended Transport Header (DETH)",
-        Layer::Feth => "FLUSH Extended Transport Header (FETH)",
-        Layer::Reth => "RDMA Extended Transport Header (RETH)",
-        Layer::AtomicEth => "Atomic Extended Transport Header (AtomicETH)",
-        Layer::Aeth => "ACK Extended Transport Header (AETH)",
-        Layer::AtomicAckEth => "Atomic ACK Extended Transport Header (AtomicAckETH)",
-        Layer::ImmDt => "Immediate Data (ImmDt)",
-        Layer::Ieth => "Invalidate Extended Transport Header (IETH)",
-        Layer::Payload => "Payload, pad and ICRC",
-    }
 }

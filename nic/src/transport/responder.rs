@@ -157,6 +157,7 @@ pub fn on_request(qp: &mut Qp, ctx: &mut Ctx<'_>, frame: &Frame<'_>) {
             duplicate(qp, ctx, bth, &frame.repr.ext);
             return;
         }
+        trace!("PSN in sequence");
     } else if uc_resync(qp, ctx, p, kind) {
         return;
     }

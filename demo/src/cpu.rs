@@ -1,0 +1,239 @@
+//! How much CPU the target used: the proof that it did nothing while its memory changed.
+//!
+//! Read from /proc, as `ps` and `top` do: user and system time in clock ticks (`utime` and
+//! `stime` of `/proc/PID/stat`), the nanoseconds on a CPU the scheduler counts
+//! (`/proc/PID/task/*/schedstat`, far finer than ticks), and the voluntary and involuntary
+//! context switches of every thread (`/proc/PID/task/*/status`).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use procfs::process::{Process, Task};
+
+use crate::events::since_epoch;
+use crate::DemoError;
+
+/// Whose CPU use is measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Whom {
+    /// A process with all its threads.
+    Process(i32),
+    /// One thread of this process (the target of the in-process demo).
+    Thread(i32),
+}
+
+/// CPU use at one moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CpuUse {
+    /// utime + stime, in clock ticks.
+    pub ticks: u64,
+    /// Time on a CPU by the scheduler's count.
+    pub on_cpu: Duration,
+    pub voluntary_switches: u64,
+    pub involuntary_switches: u64,
+}
+
+impl CpuUse {
+    /// utime + stime in seconds.
+    pub fn seconds(&self) -> f64 {
+        self.ticks as f64 / procfs::ticks_per_second() as f64
+    }
+
+    pub fn switches(&self) -> (u64, u64) {
+        (self.voluntary_switches, self.involuntary_switches)
+    }
+}
+
+fn proc_error(e: procfs::ProcError) -> DemoError {
+    DemoError::because("cannot read the target's CPU use from /proc", e)
+}
+
+/// The CPU use of `whom` now.
+pub fn measure(whom: Whom) -> Result<CpuUse, DemoError> {
+    match whom {
+        Whom::Process(pid) => {
+            let process = Process::new(pid).map_err(proc_error)?;
+            let stat = process.stat().map_err(proc_error)?;
+            let mut total = CpuUse {
+                ticks: stat.utime + stat.stime,
+                on_cpu: Duration::ZERO,
+                voluntary_switches: 0,
+                involuntary_switches: 0,
+            };
+            for task in process.tasks().map_err(proc_error)?.flatten() {
+                // A thread that ended between the listing and the read has nothing to add.
+                if let Ok(task_use) = task_use(&task) {
+                    total.on_cpu += task_use.on_cpu;
+                    total.voluntary_switches += task_use.voluntary_switches;
+                    total.involuntary_switches += task_use.involuntary_switches;
+                }
+            }
+            Ok(total)
+        }
+        Whom::Thread(tid) => {
+            let task = Process::myself()
+                .and_then(|me| me.task_from_tid(tid))
+                .map_err(proc_error)?;
+            task_use(&task)
+        }
+    }
+}
+
+fn task_use(task: &Task) -> Result<CpuUse, DemoError> {
+    let stat = task.stat().map_err(proc_error)?;
+    let status = task.status().map_err(proc_error)?;
+    let schedstat = task.schedstat().map_err(proc_error)?;
+    Ok(CpuUse {
+        ticks: stat.utime + stat.stime,
+        on_cpu: Duration::from_nanos(schedstat.sum_exec_runtime),
+        voluntary_switches: status.voluntary_ctxt_switches.unwrap_or(0),
+        involuntary_switches: status.nonvoluntary_ctxt_switches.unwrap_or(0),
+    })
+}
+
+/// The state (`R`, `S`, `T`...) of each thread of `whom`; empty if it is gone.
+fn states(whom: Whom) -> Vec<char> {
+    match whom {
+        Whom::Thread(tid) => Process::myself()
+            .and_then(|me| me.task_from_tid(tid))
+            .and_then(|t| t.stat())
+            .map(|s| vec![s.state])
+            .unwrap_or_default(),
+        Whom::Process(pid) => match Process::new(pid).and_then(|p| p.tasks()) {
+            Ok(tasks) => tasks
+                .flatten()
+                .filter_map(|t| t.stat().ok().map(|s| s.state))
+                .collect(),
+            Err(_) => Vec::new(),
+        },
+    }
+}
+
+/// Whether every thread of process `pid` is stopped (state `T`): SIGSTOP has taken effect.
+pub fn is_stopped(pid: i32) -> bool {
+    let states = states(Whom::Process(pid));
+    !states.is_empty() && states.iter().all(|&s| s == 'T')
+}
+
+/// Whether every thread of `whom` is asleep (state `S`), waiting for something.
+pub fn is_sleeping(whom: Whom) -> bool {
+    let states = states(whom);
+    !states.is_empty() && states.iter().all(|&s| s == 'S')
+}
+
+/// One reading of the sampler: when (since the Unix epoch) and the time on a CPU so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sample {
+    pub at: Duration,
+    pub on_cpu: Duration,
+}
+
+/// Most samples kept: an hour at the sampling period would be far more; a scenario lasts
+/// seconds (or however long `--step` waits).
+const MAX_SAMPLES: usize = 200_000;
+
+/// Reads the target's CPU time every millisecond, for the timeline of the HTML page.
+pub struct Sampler {
+    samples: Arc<Mutex<Vec<Sample>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Sampler {
+    pub fn start(whom: Whom, period: Duration) -> Sampler {
+        let samples = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (out, done) = (Arc::clone(&samples), Arc::clone(&stop));
+        let thread = std::thread::spawn(move || {
+            while !done.load(Ordering::Relaxed) {
+                let Ok(cpu) = measure(whom) else { break };
+                let mut samples = out.lock().unwrap_or_else(|e| e.into_inner());
+                if samples.len() >= MAX_SAMPLES {
+                    break;
+                }
+                samples.push(Sample {
+                    at: since_epoch(),
+                    on_cpu: cpu.on_cpu,
+                });
+                drop(samples);
+                std::thread::sleep(period);
+            }
+        });
+        Sampler {
+            samples,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops sampling and returns the samples.
+    pub fn finish(mut self) -> Vec<Sample> {
+        self.stop_thread();
+        std::mem::take(&mut *self.samples.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    fn stop_thread(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        self.stop_thread();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    #[test]
+    fn a_blocked_thread_uses_no_cpu_and_a_busy_one_does() {
+        let (tid_tx, tid_rx) = mpsc::channel();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let worker = std::thread::spawn(move || {
+            tid_tx
+                .send(rustix::thread::gettid().as_raw_nonzero().get())
+                .unwrap();
+            go_rx.recv().unwrap();
+            let start = std::time::Instant::now();
+            let mut x = 0u64;
+            while start.elapsed() < Duration::from_millis(30) {
+                x = std::hint::black_box(x.wrapping_add(1));
+            }
+        });
+        let whom = Whom::Thread(tid_rx.recv().unwrap());
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(is_sleeping(whom));
+        let before = measure(whom).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(measure(whom).unwrap(), before, "blocked on a channel");
+        go_tx.send(()).unwrap();
+        let sampler = Sampler::start(whom, Duration::from_millis(1));
+        std::thread::sleep(Duration::from_millis(10));
+        let during = measure(whom).unwrap();
+        worker.join().unwrap();
+        assert!(during.on_cpu > before.on_cpu);
+        let samples = sampler.finish();
+        assert!(samples.len() >= 2);
+        assert!(samples
+            .windows(2)
+            .all(|w| w[0].at <= w[1].at && w[0].on_cpu <= w[1].on_cpu));
+    }
+
+    #[test]
+    fn this_process_is_running_not_stopped() {
+        let me = std::process::id() as i32;
+        assert!(!is_stopped(me));
+        assert!(!is_sleeping(Whom::Process(me)), "this thread is running");
+        let cpu = measure(Whom::Process(me)).unwrap();
+        assert!(cpu.on_cpu > Duration::ZERO);
+        assert!(cpu.seconds() >= 0.0);
+    }
+}

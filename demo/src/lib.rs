@@ -1,0 +1,41 @@
+//! `roce demo`: a student types one command and sees RDMA.
+//!
+//! Two emulated NICs and two host programs — by default each NIC and the target program in its
+//! own process, so the separation is real — play one [`Scenario`]: the target registers memory
+//! and shares its keys, the demo freezes it, the initiator posts a work request, and the NICs
+//! move the bytes while the target runs no code at all. Every claim the narration makes comes
+//! from something observed:
+//!
+//! - the packets, because the demo *is* the wire between the two NICs ([`wire`]): every frame
+//!   passes through it, to be shown field by field, written to a pcap, or dropped on purpose;
+//! - the NICs' decisions (ICRC ok, PSN in sequence, rkey checked, DMA at offset X, ACK sent),
+//!   because the NICs log them as tracing events that the demo reads back ([`events`]);
+//! - the target's memory, read through a mapping of its region while it is frozen;
+//! - the target's CPU time and context switches, from /proc ([`cpu`]).
+//!
+//! The pieces: [`rig`] sets up the NICs, the wire and the target (processes or threads),
+//! [`target`] is the target program, [`play`] runs a scenario and tells it as a [`story`] of
+//! beats, which [`text`] renders for a terminal and [`html`] as a page with a ladder diagram,
+//! a memory map and a CPU timeline.
+
+pub mod cpu;
+pub mod events;
+pub mod html;
+pub mod plan;
+pub mod play;
+pub mod rig;
+pub mod scenario;
+pub mod side;
+pub mod story;
+pub mod target;
+pub mod text;
+pub mod wire;
+
+mod child;
+mod error;
+
+pub use error::DemoError;
+pub use play::{run, Mode, Options};
+pub use scenario::Scenario;
+pub use side::Side;
+pub use story::{Beat, Observer};

@@ -1,0 +1,108 @@
+//! The scenarios: each a different way of moving bytes between two hosts, chosen to show one
+//! thing about RDMA.
+
+use std::fmt;
+use std::str::FromStr;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Scenario {
+    Write,
+    Read,
+    Send,
+    Atomic,
+    Loss,
+    Imm,
+}
+
+impl Scenario {
+    pub const ALL: [Scenario; 6] = [
+        Scenario::Write,
+        Scenario::Read,
+        Scenario::Send,
+        Scenario::Atomic,
+        Scenario::Loss,
+        Scenario::Imm,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Write => "write",
+            Scenario::Read => "read",
+            Scenario::Send => "send",
+            Scenario::Atomic => "atomic",
+            Scenario::Loss => "loss",
+            Scenario::Imm => "imm",
+        }
+    }
+
+    /// What the scenario shows, in one line (for `--help`).
+    pub fn summary(self) -> &'static str {
+        match self {
+            Scenario::Write => {
+                "RDMA WRITE: the initiator puts bytes into the frozen target's memory (default)"
+            }
+            Scenario::Read => {
+                "RDMA READ: the initiator fetches bytes from the frozen target's memory"
+            }
+            Scenario::Send => {
+                "two-sided SEND: refused (RNR NAK) while the frozen target has no receive posted, \
+                 delivered once it posts one"
+            }
+            Scenario::Atomic => "fetch-and-add on a counter in the frozen target's memory",
+            Scenario::Loss => {
+                "RDMA WRITE with one packet dropped on the wire: sequence NAK and retransmission"
+            }
+            Scenario::Imm => {
+                "RDMA WRITE with immediate: the sleeping target is woken by a completion once \
+                 the data is in place"
+            }
+        }
+    }
+
+    /// Whether the target stays frozen (SIGSTOP) while the NICs do the work: true for the
+    /// one-sided operations, whose proof is the target's unchanged CPU time. A SEND needs the
+    /// target to post a receive, and a WRITE with immediate wakes it.
+    pub fn target_frozen(self) -> bool {
+        matches!(
+            self,
+            Scenario::Write | Scenario::Read | Scenario::Atomic | Scenario::Loss
+        )
+    }
+}
+
+impl fmt::Display for Scenario {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Scenario {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Scenario, String> {
+        Scenario::ALL
+            .into_iter()
+            .find(|s| s.name() == text)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Scenario::ALL.iter().map(|s| s.name()).collect();
+                format!("{text:?} is not a scenario (known: {})", names.join(", "))
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_parse_back_and_others_are_refused() {
+        for s in Scenario::ALL {
+            assert_eq!(s.name().parse::<Scenario>(), Ok(s));
+            assert!(!s.summary().contains('\n'));
+        }
+        assert_eq!(
+            "writ".parse::<Scenario>(),
+            Err("\"writ\" is not a scenario (known: write, read, send, atomic, loss, imm)".into())
+        );
+    }
+}
