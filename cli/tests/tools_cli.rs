@@ -1,0 +1,172 @@
+//! `roce pingpong` and `roce perftest` against each other, as a user runs them: each with a NIC
+//! of its own on a UDP cable (`--link`), or through running `roce nic` processes (`--nic`);
+//! and their failures, one line each.
+
+mod support;
+
+use support::*;
+
+/// Runs a server and a client side by side; returns both once both have exited.
+fn pair(env: &Env, server: &[&str], client: &[&str]) -> (Finished, Finished) {
+    let mut procs = [server, client].map(|args| Proc::spawn(env.roce(args), false));
+    let [s, c] = procs.each_mut().map(|p| {
+        let status = p.wait(PATIENCE);
+        Finished {
+            status,
+            stdout: p.drain_stdout(),
+            stderr: p.stderr(),
+        }
+    });
+    (s, c)
+}
+
+/// Two cable ends on loopback: (ours as seen from a, from b).
+fn cable() -> (String, String) {
+    let (pa, pb) = (free_udp_port(), free_udp_port());
+    (
+        format!("cable:127.0.0.1:{pa},127.0.0.1:{pb}"),
+        format!("cable:127.0.0.1:{pb},127.0.0.1:{pa}"),
+    )
+}
+
+fn assert_ran(done: &Finished, lines: &[&str]) {
+    assert!(done.status.success(), "{}{}", done.stdout, done.stderr);
+    for line in lines {
+        assert!(
+            done.stdout.contains(line),
+            "no {line:?} in:\n{}",
+            done.stdout
+        );
+    }
+}
+
+#[test]
+fn pingpong_with_a_nic_of_its_own_on_each_end_of_a_cable() {
+    let env = Env::new("ppl");
+    let (a, b) = cable();
+    let common = [
+        "pingpong",
+        "rc",
+        "-n",
+        "20",
+        "-s",
+        "5000",
+        "--timeout",
+        "20",
+    ];
+    let server: Vec<&str> = common
+        .iter()
+        .copied()
+        .chain(["--link", &a, "--ip", "10.81.0.1"])
+        .collect();
+    let client: Vec<&str> = common
+        .iter()
+        .copied()
+        .chain(["--link", &b, "--ip", "10.81.0.2", "--connect-retry", "20"])
+        .chain(["10.81.0.1"])
+        .collect();
+    let (s, c) = pair(&env, &server, &client);
+    for done in [&s, &c] {
+        assert_ran(
+            done,
+            &[
+                "  local address:  LID 0x0000, QPN 0x",
+                "200000 bytes in ",
+                "20 iters in ",
+                "verified: 20 messages received, each 5000 bytes as ibv_rc_pingpong sends them",
+            ],
+        );
+    }
+    assert!(s.stdout.contains("GID ::ffff:10.81.0.2"), "{}", s.stdout);
+}
+
+#[test]
+fn perftest_through_two_nic_processes() {
+    let env = Env::new("ptn");
+    let (a, b) = cabled_pair(&env, 82);
+    let _nics = (env.nic(&a), env.nic(&b));
+    for (test, extra) in [("read_bw", "-s 3000"), ("atomic_bw", "-A CMP_AND_SWAP")] {
+        let mut args = vec!["perftest", test, "-n", "50", "--timeout", "20"];
+        args.extend(extra.split(' '));
+        let server: Vec<&str> = args.iter().copied().chain(["--nic", &a.name]).collect();
+        let client: Vec<&str> = args
+            .iter()
+            .copied()
+            .chain(["--nic", &b.name, "--connect-retry", "20", "10.82.0.1"])
+            .collect();
+        let (s, c) = pair(&env, &server, &client);
+        for done in [&s, &c] {
+            assert_ran(
+                done,
+                &[" #bytes     #iterations    BW peak[MB/sec]", "verified: "],
+            );
+        }
+        // The server prints the client's report, as perftest's server does.
+        let row = |out: &str| {
+            out.lines()
+                .find(|l| l.starts_with(" 3000") || l.starts_with(" 8 "))
+                .map(str::to_owned)
+        };
+        assert_eq!(row(&s.stdout), row(&c.stdout), "{}\n{}", s.stdout, c.stdout);
+        assert!(row(&c.stdout).is_some(), "{}", c.stdout);
+    }
+}
+
+fn assert_fails(done: &Finished, code: i32, message: &str) {
+    assert_eq!(done.status.code(), Some(code), "{}", done.stderr);
+    assert_eq!(done.stderr, format!("roce: {message}\n"));
+}
+
+#[test]
+fn tool_failures_are_one_clear_line() {
+    let env = Env::new("tfail");
+    let (a, _) = cable();
+    let own = ["--link", a.as_str(), "--ip", "10.83.0.1"];
+    let run = |args: &[&str]| env.run(args);
+    let with_own = |args: &[&str]| {
+        let all: Vec<&str> = args.iter().copied().chain(own).collect();
+        env.run(&all)
+    };
+    let missing = env.name("none");
+    assert_fails(
+        &run(&["pingpong", "rc", "--nic", &missing]),
+        1,
+        &format!(
+            "no NIC named {missing} is running (nothing answers at {})",
+            env.socket(&missing).display()
+        ),
+    );
+    assert_fails(
+        &with_own(&["pingpong", "rc", "-m", "3000"]),
+        2,
+        "--mtu 3000 is not a path MTU: use 256, 512, 1024, 2048 or 4096",
+    );
+    assert_fails(
+        &with_own(&["pingpong", "ud", "-s", "5000"]),
+        2,
+        "a UD message of 5000 bytes does not fit the NIC's MTU of 4096 bytes",
+    );
+    assert_fails(
+        &with_own(&["perftest", "atomic_bw", "-s", "16"]),
+        2,
+        "atomics are 8 bytes, not 16",
+    );
+    assert_fails(
+        &with_own(&["perftest", "write_bw", "-n", "3"]),
+        2,
+        "perftest runs at least 5 iterations, not 3",
+    );
+    assert_fails(
+        &with_own(&["pingpong", "rc", "--timeout", "1"]),
+        1,
+        "no client connected to TCP port 18515 within 1 s",
+    );
+    assert_fails(
+        &with_own(&["perftest", "send_lat", "10.99.0.1"]),
+        1,
+        "cannot reach 10.99.0.1:18515: 10.99.0.1 is on none of the NIC's subnets (fe80::aff:fe53:1/64, 10.83.0.1/24) and the NIC has no router",
+    );
+    let unknown = run(&["perftest", "write_bw_x", "--nic", "n"]);
+    assert_eq!(unknown.status.code(), Some(2));
+    assert_eq!(unknown.stderr.lines().count(), 1, "{}", unknown.stderr);
+}
