@@ -266,8 +266,9 @@ fn problems_of(scenario: &Scenario, ours: &Ours, console: &Console, n: usize) ->
     problems
 }
 
-/// The frames on the cable and the guest's view of them: rxe's path MTU, a good ICRC on every
-/// frame rxe sent, and (without faults) every RoCE frame we sent counted by rxe — which counts
+/// The frames on the cable and the guest's view of them: rxe's path MTU, `roce decode
+/// --strict` content with every capture, a good ICRC on every frame rxe sent (checked here
+/// too, by sender), and (without faults) every RoCE frame we sent counted by rxe — which counts
 /// only frames that passed its ICRC check — or dropped by the host for lack of socket buffer,
 /// or (only ibv_srq_pingpong ends with messages in flight) meant for a QP already gone.
 /// Returns a summary line.
@@ -287,6 +288,19 @@ fn check_wire(
     }
     let mut all = wire::Wire::default();
     for capture in captures {
+        let strict = Command::new(env!("CARGO_BIN_EXE_roce"))
+            .args(["decode", "--strict"])
+            .arg(capture)
+            .stdout(std::process::Stdio::null())
+            .output()
+            .expect("running roce decode");
+        if !strict.status.success() {
+            failures.push(format!(
+                "roce decode --strict {}: {}",
+                capture.display(),
+                String::from_utf8_lossy(&strict.stderr).trim()
+            ));
+        }
         let wire = wire::inspect(capture, NIC_MAC, GUEST_MAC);
         if !wire.bad.is_empty() {
             failures.push(format!(
