@@ -55,7 +55,7 @@ enum Command {
     Nic(nic::Args),
     /// Speak rdma-core's ibv_{rc,uc,ud,srq}_pingpong with a peer (a real one, or another roce).
     Pingpong(pingpong::Args),
-    /// Speak perftest's ib_{write,read,send}_{bw,lat} and ib_atomic_bw with a peer.
+    /// Speak perftest's ib_{write,read,send,atomic}_{bw,lat} with a peer.
     Perftest(perftest::Args),
     /// Use a running NIC from the shell: serve a region, post RDMA work, show the NIC.
     #[command(subcommand)]

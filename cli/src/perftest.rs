@@ -1,4 +1,4 @@
-//! `roce perftest`: perftest's ib_{write,read,send}_{bw,lat} and ib_atomic_bw over RC, to run
+//! `roce perftest`: perftest's ib_{write,read,send,atomic}_{bw,lat} over RC, to run
 //! against the real ones (or against itself). The options are a subset of perftest's own.
 
 use std::net::IpAddr;
@@ -28,6 +28,8 @@ enum Program {
     SendLat,
     #[value(name = "atomic_bw")]
     AtomicBw,
+    #[value(name = "atomic_lat")]
+    AtomicLat,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -69,7 +71,7 @@ pub struct Args {
     /// QP timeout: retransmit after 4.096 µs × 2^N.
     #[arg(short = 'u', long = "qp-timeout", default_value_t = 14)]
     qp_timeout: u8,
-    /// The atomic operation of atomic_bw.
+    /// The atomic operation of atomic_bw and atomic_lat.
     #[arg(
         short = 'A',
         long = "atomic_type",
@@ -96,6 +98,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         Program::SendBw => Test::SendBw,
         Program::SendLat => Test::SendLat,
         Program::AtomicBw => Test::AtomicBw,
+        Program::AtomicLat => Test::AtomicLat,
     };
     let mtu = args
         .mtu

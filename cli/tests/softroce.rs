@@ -69,6 +69,8 @@ fn perftest_at_path_mtu_1024() {
             (Perftest("read_lat"), "-s 8192 -n 100"),
             (Perftest("send_lat"), "-s 2 -n 200"),
             (Perftest("send_lat"), "-s 8192 -n 100"),
+            (Perftest("atomic_lat"), "-n 200 -A FETCH_AND_ADD"),
+            (Perftest("atomic_lat"), "-n 200 -A CMP_AND_SWAP"),
         ]),
     });
 }
@@ -114,6 +116,7 @@ fn transfers_survive_loss_and_reordering() {
         (Perftest("atomic_bw"), "-n 300"),
         (Perftest("read_lat"), "-s 4096 -n 100"),
         (Perftest("send_lat"), "-s 4096 -n 100"),
+        (Perftest("atomic_lat"), "-n 100"),
     ]);
     list.push(Scenario::new(Pingpong("rc"), "-n 100 -s 4096", true));
     list.push(Scenario::new(

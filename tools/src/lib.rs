@@ -1,6 +1,6 @@
 //! The test programs RDMA users reach for first — rdma-core's `ibv_rc_pingpong`,
 //! `ibv_uc_pingpong`, `ibv_ud_pingpong`, `ibv_srq_pingpong` ([`pingpong`]) and perftest's
-//! `ib_{write,read,send}_{bw,lat}` and `ib_atomic_bw` ([`perftest`]) — on this emulator's verbs
+//! `ib_{write,read,send,atomic}_{bw,lat}` ([`perftest`]) — on this emulator's verbs
 //! API, so that they can face the real tools across a wire.
 //!
 //! Interoperating means saying exactly what the real tools say: the out-of-band TCP messages

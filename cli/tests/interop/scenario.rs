@@ -123,8 +123,8 @@ impl Scenario {
     }
 
     /// What the guest must have printed on success: pingpong's `N iters in` line, or
-    /// perftest's result table (except where perftest prints none: the server of the READ
-    /// latency test).
+    /// perftest's result table (except where perftest prints none: the server of the READ and
+    /// atomic latency tests).
     pub fn guest_success_text(&self) -> Option<String> {
         match self.kind {
             Kind::Pingpong(_) => {
@@ -135,7 +135,7 @@ impl Scenario {
                     .map_or("1000", |w| w[1].as_str());
                 Some(format!("{iters} iters in"))
             }
-            Kind::Perftest("read_lat") if self.guest_serves => None,
+            Kind::Perftest("read_lat" | "atomic_lat") if self.guest_serves => None,
             Kind::Perftest(_) => Some(" #bytes ".into()),
         }
     }

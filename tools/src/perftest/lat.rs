@@ -4,7 +4,8 @@
 //!   iteration number (modulo 256) in the last byte, and spin on their own buffer's last byte
 //!   for the peer's next number. The server writes first.
 //! - `ib_send_lat`: the same with SENDs into posted receives; the client sends first.
-//! - `ib_read_lat`: the client READs, waits for the data, READs again; the server does nothing.
+//! - `ib_read_lat`, `ib_atomic_lat`: the client READs (or runs an atomic), waits for the
+//!   answer, does it again; the server does nothing.
 
 use std::time::{Duration, Instant};
 
@@ -14,8 +15,8 @@ use super::bw::landing_places;
 use super::messages::QpRecord;
 use super::report::LatStats;
 use super::resources::Resources;
-use super::verify::{ReadCheck, SendCheck, FILL};
-use super::Options;
+use super::verify::{AtomicCheck, ReadCheck, SendCheck, FILL};
+use super::{AtomicOp, Options, Verb, ATOMIC_ADD, ATOMIC_COMPARE, ATOMIC_SWAP};
 use crate::memory::{completions, no_completion, Buffer};
 use crate::ToolError;
 
@@ -218,27 +219,49 @@ impl<'a> SendLat<'a> {
     }
 }
 
-pub struct ReadLat<'a> {
+/// `ib_read_lat` and `ib_atomic_lat`: one READ or atomic at a time at the start of the
+/// peer's buffer, the next once it has completed.
+pub struct OneSidedLat<'a> {
     res: &'a Resources,
     opts: &'a Options,
     theirs: QpRecord,
     landing: Buffer,
-    check: ReadCheck,
+    reads: ReadCheck,
+    atomics: AtomicCheck,
 }
 
-impl<'a> ReadLat<'a> {
+impl<'a> OneSidedLat<'a> {
     pub fn new(
         res: &'a Resources,
         opts: &'a Options,
         theirs: &QpRecord,
-    ) -> Result<ReadLat<'a>, ToolError> {
-        Ok(ReadLat {
+    ) -> Result<OneSidedLat<'a>, ToolError> {
+        Ok(OneSidedLat {
             res,
             opts,
             theirs: *theirs,
             landing: res.landing(opts.size as usize)?,
-            check: ReadCheck::default(),
+            reads: ReadCheck::default(),
+            atomics: AtomicCheck::new(opts.atomic),
         })
+    }
+
+    fn op(&self) -> SendOp {
+        let (remote_addr, rkey) = (self.theirs.vaddr, self.theirs.rkey);
+        match (self.opts.test.verb(), self.opts.atomic) {
+            (Verb::Atomic, AtomicOp::FetchAndAdd) => SendOp::AtomicFetchAndAdd {
+                remote_addr,
+                rkey,
+                add: ATOMIC_ADD,
+            },
+            (Verb::Atomic, AtomicOp::CmpAndSwap) => SendOp::AtomicCmpAndSwp {
+                remote_addr,
+                rkey,
+                compare: ATOMIC_COMPARE,
+                swap: ATOMIC_SWAP,
+            },
+            _ => SendOp::RdmaRead { remote_addr, rkey },
+        }
     }
 
     pub fn run(&mut self) -> Result<LatStats, ToolError> {
@@ -249,25 +272,38 @@ impl<'a> ReadLat<'a> {
             let sge = [self.landing.sge(0, size as u32)];
             let wr = SendWr {
                 wr_id: n,
-                op: SendOp::RdmaRead {
-                    remote_addr: self.theirs.vaddr,
-                    rkey: self.theirs.rkey,
-                },
+                op: self.op(),
                 sg_list: &sge,
                 flags: SendFlags::SIGNALED,
                 ud: None,
             };
             posted_at.push(Instant::now());
             post_and_wait(self.res, self.opts, wr)?;
-            self.check.check(0, &self.landing.read(0, size))?;
+            let data = self.landing.read(0, size);
+            if self.opts.test.verb() == Verb::Atomic {
+                let value = u64::from_ne_bytes(data.try_into().unwrap_or_default());
+                self.atomics.check(0, value)?;
+            } else {
+                self.reads.check(0, &data)?;
+            }
         }
         Ok(LatStats::from_posts(self.opts.size, &posted_at, false))
     }
 
     pub fn verified(&self) -> String {
-        format!(
-            "{} RDMA READs of {} bytes brought the same bytes every time",
-            self.check.reads, self.opts.size
-        )
+        match (self.opts.test.verb(), self.opts.atomic) {
+            (Verb::Atomic, AtomicOp::FetchAndAdd) => format!(
+                "{} fetch-and-adds, each returning one more than the last",
+                self.atomics.results
+            ),
+            (Verb::Atomic, AtomicOp::CmpAndSwap) => format!(
+                "{} compare-and-swaps, each returning the same value",
+                self.atomics.results
+            ),
+            _ => format!(
+                "{} RDMA READs of {} bytes brought the same bytes every time",
+                self.reads.reads, self.opts.size
+            ),
+        }
     }
 }

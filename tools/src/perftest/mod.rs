@@ -1,5 +1,5 @@
 //! perftest's `ib_write_bw`, `ib_write_lat`, `ib_read_bw`, `ib_read_lat`, `ib_send_bw`,
-//! `ib_send_lat` and `ib_atomic_bw` (fetch-and-add and compare-and-swap), over RC, with
+//! `ib_send_lat`, `ib_atomic_bw` and `ib_atomic_lat` (fetch-and-add and compare-and-swap), over RC, with
 //! perftest's own out-of-band exchange ([`messages`], [`session`]).
 //!
 //! The wire sees what it sees from perftest: the same QP attributes (path MTU the smaller of
@@ -41,6 +41,7 @@ pub enum Test {
     SendBw,
     SendLat,
     AtomicBw,
+    AtomicLat,
 }
 
 /// What a test's requests do.
@@ -83,6 +84,7 @@ impl Test {
             Test::SendBw => "ib_send_bw",
             Test::SendLat => "ib_send_lat",
             Test::AtomicBw => "ib_atomic_bw",
+            Test::AtomicLat => "ib_atomic_lat",
         }
     }
 
@@ -91,7 +93,7 @@ impl Test {
             Test::WriteBw | Test::WriteLat => Verb::Write,
             Test::ReadBw | Test::ReadLat => Verb::Read,
             Test::SendBw | Test::SendLat => Verb::Send,
-            Test::AtomicBw => Verb::Atomic,
+            Test::AtomicBw | Test::AtomicLat => Verb::Atomic,
         }
     }
 
@@ -106,7 +108,7 @@ impl Test {
     fn server_passive(self) -> bool {
         matches!(
             self,
-            Test::WriteBw | Test::ReadBw | Test::AtomicBw | Test::ReadLat
+            Test::WriteBw | Test::ReadBw | Test::AtomicBw | Test::ReadLat | Test::AtomicLat
         )
     }
 
@@ -160,7 +162,7 @@ impl Options {
             test,
             atomic: AtomicOp::FetchAndAdd,
             size: match test {
-                Test::AtomicBw => 8,
+                Test::AtomicBw | Test::AtomicLat => 8,
                 _ if lat => 2,
                 _ => 65536,
             },
@@ -274,7 +276,7 @@ pub fn run(
                 measured
             }
         }
-        Test::SendBw | Test::SendLat | Test::ReadLat => {
+        Test::SendBw | Test::SendLat | Test::ReadLat | Test::AtomicLat => {
             session.round(&res.mine)?;
             session.close(true)?;
             measured
@@ -299,7 +301,7 @@ enum Phase<'a> {
     SendBwServer(bw::Receiver<'a>),
     WriteLat(lat::WriteLat<'a>),
     SendLat(lat::SendLat<'a>),
-    ReadLat(lat::ReadLat<'a>),
+    OneSidedLat(lat::OneSidedLat<'a>),
     /// The server of a one-sided test: its NIC answers, it does nothing.
     Passive,
 }
@@ -320,7 +322,9 @@ impl<'a> Phase<'a> {
             Test::SendLat => Phase::SendLat(lat::SendLat::new(res, opts, server, receives)?),
             Test::SendBw if server => Phase::SendBwServer(bw::Receiver::new(res, opts, receives)?),
             _ if server && opts.test.server_passive() => Phase::Passive,
-            Test::ReadLat => Phase::ReadLat(lat::ReadLat::new(res, opts, theirs)?),
+            Test::ReadLat | Test::AtomicLat => {
+                Phase::OneSidedLat(lat::OneSidedLat::new(res, opts, theirs)?)
+            }
             _ => Phase::BwClient(bw::Client::new(res, opts, theirs)?),
         })
     }
@@ -331,7 +335,7 @@ impl<'a> Phase<'a> {
             Phase::SendBwServer(r) => r.run().map(Measured::Bw),
             Phase::WriteLat(l) => l.run().map(Measured::Lat),
             Phase::SendLat(l) => l.run().map(Measured::Lat),
-            Phase::ReadLat(l) => l.run().map(Measured::Lat),
+            Phase::OneSidedLat(l) => l.run().map(Measured::Lat),
             Phase::Passive => Ok(Measured::Nothing),
         }
     }
@@ -343,7 +347,7 @@ impl<'a> Phase<'a> {
             Phase::SendBwServer(r) => Some(r.verified()),
             Phase::WriteLat(l) => Some(l.verified()),
             Phase::SendLat(l) => Some(l.verified()),
-            Phase::ReadLat(l) => Some(l.verified()),
+            Phase::OneSidedLat(l) => Some(l.verified()),
             Phase::Passive => None,
         }
     }

@@ -8,6 +8,7 @@
 //! - SENDs received: exactly `-s` bytes each, each equal to the one a whole walk of the
 //!   sender's buffer earlier, and not our fill.
 //! - `ib_write_lat`: each WRITE holds zeros and the iteration number in its last byte.
+//! - Atomics, in the latency test, all go to the start of the peer's buffer.
 //! - The passive server of a one-sided test, afterwards: for WRITEs, every place the client
 //!   writes now holds other bytes than our fill, and the NIC wrote at least `-n` × `-s` bytes;
 //!   for READs, our memory is unchanged and the NIC read at least that much; for
@@ -51,12 +52,13 @@ fn peer_image(opts: &Options, layout: &Layout, after: bool) -> Vec<u8> {
     match opts.test {
         Test::WriteLat => vec![0; len],
         Test::WriteBw => vec![FILL; len],
-        Test::AtomicBw => {
+        Test::AtomicBw | Test::AtomicLat => {
             let mut image: Vec<u8> = (0..len).map(|i| pattern(base + i)).collect();
-            for place in 0..layout.places() {
+            let places = places_used(opts, layout);
+            for place in 0..places {
                 let mut value = atomic_start(place);
                 if after && opts.atomic == AtomicOp::FetchAndAdd {
-                    value = value.wrapping_add(ATOMIC_ADD * hits(opts.iters, layout, place));
+                    value = value.wrapping_add(ATOMIC_ADD * hits(opts.iters, places, place));
                 }
                 let at = layout.place(place) as usize;
                 image[at..at + 8].copy_from_slice(&value.to_ne_bytes());
@@ -67,9 +69,18 @@ fn peer_image(opts: &Options, layout: &Layout, after: bool) -> Vec<u8> {
     }
 }
 
-/// How many of `iters` messages go to place `place`.
-fn hits(iters: u64, layout: &Layout, place: u64) -> u64 {
-    let places = layout.places();
+/// The places a test's messages take in turn: a bandwidth test walks the buffer, a latency
+/// test stays at its start.
+fn places_used(opts: &Options, layout: &Layout) -> u64 {
+    if opts.test.is_bw() {
+        layout.places()
+    } else {
+        1
+    }
+}
+
+/// How many of `iters` messages go to place `place` of `places` taken in turn.
+fn hits(iters: u64, places: u64, place: u64) -> u64 {
     iters / places + u64::from(place < iters % places)
 }
 
@@ -156,8 +167,8 @@ pub fn passive_server(
             }
             Ok(match opts.atomic {
                 AtomicOp::FetchAndAdd => format!(
-                    "each of the {} places grew by exactly the number of fetch-and-adds aimed at it ({} in all), and the NIC executed {}",
-                    layout.places(), opts.iters, delta.atomics_executed
+                    "each of the {} place(s) grew by exactly the number of fetch-and-adds aimed at it ({} in all), and the NIC executed {}",
+                    places_used(opts, layout), opts.iters, delta.atomics_executed
                 ),
                 AtomicOp::CmpAndSwap => format!(
                     "memory is unchanged (compare 0, swap 0) and the NIC executed {} compare-and-swaps",
@@ -332,9 +343,10 @@ mod tests {
             cache_line: 64,
         };
         assert_eq!(layout.places(), 64);
-        assert_eq!(hits(130, &layout, 0), 3);
-        assert_eq!(hits(130, &layout, 1), 3);
-        assert_eq!(hits(130, &layout, 2), 2);
-        assert_eq!((0..64).map(|p| hits(130, &layout, p)).sum::<u64>(), 130);
+        assert_eq!(hits(130, layout.places(), 0), 3);
+        assert_eq!(hits(130, layout.places(), 1), 3);
+        assert_eq!(hits(130, layout.places(), 2), 2);
+        assert_eq!((0..64).map(|p| hits(130, 64, p)).sum::<u64>(), 130);
+        assert_eq!(hits(130, 1, 0), 130);
     }
 }
