@@ -14,7 +14,7 @@
 //! what exactly), and every wait is bounded, so a lost peer is an error rather than a hang.
 
 pub mod error;
-pub mod memory;
+mod memory;
 pub mod oob;
 pub mod perftest;
 pub mod pingpong;

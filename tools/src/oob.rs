@@ -49,7 +49,7 @@ const RETRY_PAUSE: Duration = Duration::from_millis(200);
 const CLOSE_WAIT: Duration = Duration::from_secs(5);
 
 /// One run's connection to the peer tool.
-pub struct Channel {
+pub(crate) struct Channel {
     stream: UnixStream,
     server: bool,
     step: Duration,
