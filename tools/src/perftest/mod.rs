@@ -1,6 +1,6 @@
 //! perftest's `ib_write_bw`, `ib_write_lat`, `ib_read_bw`, `ib_read_lat`, `ib_send_bw`,
-//! `ib_send_lat`, `ib_atomic_bw` and `ib_atomic_lat` (fetch-and-add and compare-and-swap), over RC, with
-//! perftest's own out-of-band exchange ([`messages`], [`session`]).
+//! `ib_send_lat`, `ib_atomic_bw` and `ib_atomic_lat` (fetch-and-add and compare-and-swap), over
+//! RC, with perftest's own out-of-band exchange ([`messages`], and `session.rs` for its order).
 //!
 //! The wire sees what it sees from perftest: the same QP attributes (path MTU the smaller of
 //! both sides', timeout `-u`, 7 retries, responder resources from the records), requests of
@@ -11,7 +11,7 @@
 //!
 //! perftest checks no data. These runs do, as far as the data is knowable (perftest fills its
 //! buffers with random bytes, except `ib_write_lat`'s zeros): each run ends with a `verified:`
-//! line saying what was checked, see [`verify`].
+//! line saying what was checked, see `verify.rs`.
 
 mod bw;
 mod lat;

@@ -5,7 +5,7 @@
 //! What goes on the wire is the real tools': the same address records ([`dest`]), the same QP
 //! attributes (path MTU from `-m`, 1024 unless given; timeout 14, retry 7, RNR retry 7, one
 //! outstanding READ/atomic each way; UD Q_Key 0x11111111), SENDs of exactly `size` bytes, and
-//! the same ping-pong schedule ([`traffic`]). `srq` makes the same 256-record exchange and the
+//! the same ping-pong schedule (`traffic.rs`). `srq` makes the same 256-record exchange and the
 //! same traffic on `-q` QPs as `ibv_srq_pingpong`, but its QPs take their receives from their
 //! own queues instead of one shared receive queue: the peer cannot tell the difference.
 //!
