@@ -262,33 +262,7 @@ pub fn run(
     }
     report::addresses(out, opts, &res.mine, &theirs)?;
     let measured = phase.run()?;
-    let ours = match &measured {
-        Measured::Bw(report) => *report,
-        _ => BwReport::default(),
-    };
-    let result = match opts.test {
-        Test::WriteBw | Test::ReadBw | Test::AtomicBw => {
-            session.round(&res.mine)?;
-            let theirs_report = session.reports(&ours)?;
-            session.round(&res.mine)?;
-            session.close(true)?;
-            // The server prints the client's numbers, as perftest's server does.
-            if role == Role::Server {
-                Measured::Bw(theirs_report)
-            } else {
-                measured
-            }
-        }
-        Test::SendBw | Test::SendLat | Test::ReadLat | Test::AtomicLat => {
-            session.round(&res.mine)?;
-            session.close(true)?;
-            measured
-        }
-        Test::WriteLat => {
-            session.close(false)?;
-            measured
-        }
-    };
+    let result = finish(session, &res.mine, opts, role, measured)?;
     let verified = match phase.verified() {
         Some(v) => v,
         None => verify::passive_server(&res, opts, &theirs, &ctx.counters()?.since(&before))?,
@@ -296,6 +270,45 @@ pub fn run(
     report::result(out, &result)?;
     writeln!(out, "verified: {verified}")?;
     Ok(Outcome { result, verified })
+}
+
+/// What follows the data phase over TCP, as each test has it: a bandwidth test of a one-sided
+/// verb swaps records, then the client's report, then records once more; the others swap records
+/// once; `ib_write_lat` says nothing more. Returns what the side prints: a bandwidth server
+/// prints the client's report as its own, as perftest's does.
+fn finish(
+    mut session: session::Session,
+    mine: &messages::QpRecord,
+    opts: &Options,
+    role: Role,
+    measured: Measured,
+) -> Result<Measured, ToolError> {
+    match opts.test {
+        Test::WriteBw | Test::ReadBw | Test::AtomicBw => {
+            let ours = match &measured {
+                Measured::Bw(report) => *report,
+                _ => BwReport::default(),
+            };
+            session.round(mine)?;
+            let theirs = session.reports(&ours)?;
+            session.round(mine)?;
+            session.close(true)?;
+            Ok(if role == Role::Server {
+                Measured::Bw(theirs)
+            } else {
+                measured
+            })
+        }
+        Test::SendBw | Test::SendLat | Test::ReadLat | Test::AtomicLat => {
+            session.round(mine)?;
+            session.close(true)?;
+            Ok(measured)
+        }
+        Test::WriteLat => {
+            session.close(false)?;
+            Ok(measured)
+        }
+    }
 }
 
 /// The data phase of one side.
