@@ -5,8 +5,10 @@
 //! A scenario passes when both programs succeed — the real one printing its own success
 //! lines, ours its `verified:` line after checking the data — and a group when, in addition,
 //! rxe reports the path MTU expected, our NIC dropped nothing from rxe for a bad ICRC or a
-//! malformed header, every frame rxe sent has a good ICRC in the capture, and (without
-//! faults) rxe counted every RoCE frame we sent as received (so none failed its ICRC check).
+//! malformed header (where one `roce nic` serves the group; its counters say so), every
+//! capture passes `roce decode --strict` and every frame rxe sent has a good ICRC, and
+//! (without faults) rxe counted every RoCE frame we sent as received — so none failed its ICRC
+//! check — unless the host dropped it for lack of socket buffer.
 //!
 //! Needs qemu-system-x86, cpio, kmod and xz-utils and Debian's package archive (the guest is
 //! built once into target/softroce-vm); skips loudly without them, except under ROCE_CI=1.
