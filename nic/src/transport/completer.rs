@@ -183,6 +183,8 @@ fn on_rnr_nak(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, timer: u8) {
     );
     qp.send.rnr_wait = Some((ctx.now + wait, p));
     qp.send.timer = None;
+    // The RNR retry is the next word on the line; a probe armed before would only double it.
+    qp.send.probe_at = None;
 }
 
 fn on_read_response(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, kind: Kind, payload: &[u8]) {
@@ -326,6 +328,7 @@ pub fn on_timers(qp: &mut Qp, ctx: &mut Ctx<'_>) {
     if qp.sq.rewind_to(from) {
         qp.send.recovering = Some(from);
     }
+    qp.send.probe_at = None;
     qp.send.timer = retransmit_timeout(qp.attrs.timeout).map(|t| ctx.now + t);
 }
 
@@ -366,6 +369,8 @@ fn use_retry(qp: &mut Qp) -> bool {
 
 fn go_back(qp: &mut Qp, ctx: &mut Ctx<'_>, from: u32, why: &str) {
     debug!(qpn = qp.qpn, psn = from, why, "go-back-N");
+    // What is sent again asks for an answer itself: no probe on top of it.
+    qp.send.probe_at = None;
     if qp.sq.rewind_to(from) {
         qp.send.recovering = Some(from);
         qp.send.timer = retransmit_timeout(qp.attrs.timeout).map(|t| ctx.now + t);
