@@ -383,25 +383,26 @@ pub fn complete_head(qp: &mut Qp, ctx: &mut Ctx<'_>, status: WcStatus) {
     if head.rd_counted {
         qp.send.rd_outstanding = qp.send.rd_outstanding.saturating_sub(1);
     }
-    if head.wqe.signaled() || status != WcStatus::Success || qp.sq_sig_all {
-        let wc = Wc {
-            wr_id: head.wqe.wr_id,
-            status,
-            opcode: head.wqe.op.wc_opcode(),
-            byte_len: if status == WcStatus::Success {
-                head.wqe.length as u32
-            } else {
-                0
-            },
-            imm_data: 0,
-            qp_num: qp.qpn,
-            src_qp: 0,
-            wc_flags: 0,
-        };
+    let report = head.wqe.signaled() || status != WcStatus::Success || qp.sq_sig_all;
+    let wc = Wc {
+        wr_id: head.wqe.wr_id,
+        status,
+        opcode: head.wqe.op.wc_opcode(),
+        byte_len: if status == WcStatus::Success {
+            head.wqe.length as u32
+        } else {
+            0
+        },
+        qp_num: qp.qpn,
+        ..Wc::default()
+    };
+    trace!(qpn = qp.qpn, wr_id = wc.wr_id, %status, "send request completed");
+    // The slot goes back to the host before the completion does: a host that posts again as
+    // soon as it sees the completion must find room.
+    qp.sq.retire_head();
+    if report {
         ctx.cqs.complete(qp.send_cq, &wc, ctx.counters);
     }
-    trace!(qpn = qp.qpn, wr_id = head.wqe.wr_id, %status, "send request completed");
-    qp.sq.retire_head();
     // Everything the retired request used is acknowledged: `una` moves to the next request's
     // first PSN, or past everything sent when none was sent.
     let next = match qp.sq.is_empty() {
