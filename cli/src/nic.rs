@@ -1,4 +1,4 @@
-//! `roce nic`: one emulated RNIC as a process, until Ctrl-C or SIGTERM. Host programs reach it
+//! `roce nic`: one emulated RNIC as a process, until Ctrl-C, SIGTERM or SIGHUP. Host programs reach it
 //! through its control socket and the shared-memory rings it creates (`roce host`, or the
 //! `roce_nic::host` library).
 

@@ -415,3 +415,14 @@ fn a_nic_whose_output_pipe_closed_still_stops_cleanly() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert!(!env.socket(&a.name).exists());
 }
+
+#[test]
+fn a_hang_up_stops_a_nic_cleanly_too() {
+    let env = Env::new("hup");
+    let (a, _b) = cabled_pair(&env, 66);
+    let mut nic = env.nic(&a);
+    assert!(env.socket(&a.name).exists());
+    nic.signal(libc::SIGHUP);
+    assert!(nic.wait(PATIENCE).success(), "{}", nic.stderr());
+    assert!(!env.socket(&a.name).exists(), "the socket was left behind");
+}

@@ -5,9 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use roce_hostmem::{Access, Region, VaBase};
-use roce_nic::verbs::{
-    CompletionQueue, MemoryRegion, ProtectionDomain, Sge, Wc, WcOpcode, WcStatus,
-};
+use roce_nic::verbs::{CompletionQueue, MemoryRegion, ProtectionDomain, Sge, Wc, WcOpcode};
 
 use crate::ToolError;
 
@@ -77,20 +75,6 @@ impl Buffer {
         self.region
             .poll_byte(offset)
             .expect("a poll inside the buffer")
-    }
-}
-
-/// A completion value to fill arrays for `poll`.
-pub fn no_completion() -> Wc {
-    Wc {
-        wr_id: 0,
-        status: WcStatus::GeneralErr,
-        opcode: WcOpcode::Send,
-        byte_len: 0,
-        imm_data: 0,
-        qp_num: 0,
-        src_qp: 0,
-        wc_flags: 0,
     }
 }
 

@@ -183,6 +183,8 @@ fn on_rnr_nak(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, timer: u8) {
     );
     qp.send.rnr_wait = Some((ctx.now + wait, p));
     qp.send.timer = None;
+    // The RNR retry is the next word on the line; a probe armed before would only double it.
+    qp.send.probe_at = None;
 }
 
 fn on_read_response(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, kind: Kind, payload: &[u8]) {
@@ -326,6 +328,7 @@ pub fn on_timers(qp: &mut Qp, ctx: &mut Ctx<'_>) {
     if qp.sq.rewind_to(from) {
         qp.send.recovering = Some(from);
     }
+    qp.send.probe_at = None;
     qp.send.timer = retransmit_timeout(qp.attrs.timeout).map(|t| ctx.now + t);
 }
 
@@ -366,21 +369,22 @@ fn use_retry(qp: &mut Qp) -> bool {
 
 fn go_back(qp: &mut Qp, ctx: &mut Ctx<'_>, from: u32, why: &str) {
     debug!(qpn = qp.qpn, psn = from, why, "go-back-N");
+    // What is sent again asks for an answer itself: no probe on top of it.
+    qp.send.probe_at = None;
     if qp.sq.rewind_to(from) {
         qp.send.recovering = Some(from);
         qp.send.timer = retransmit_timeout(qp.attrs.timeout).map(|t| ctx.now + t);
     }
 }
 
-/// Retires the head request and completes it with `status`. The ring slot goes back to the
-/// host before the completion is written: a host that sees the completion may post at once
-/// (as verbs promise), and must find the slot free.
+/// Completes the head request with `status` and retires it.
 pub fn complete_head(qp: &mut Qp, ctx: &mut Ctx<'_>, status: WcStatus) {
     let head = qp.sq.entry(qp.sq.head);
     if head.rd_counted {
         qp.send.rd_outstanding = qp.send.rd_outstanding.saturating_sub(1);
     }
-    let wc = (head.wqe.signaled() || status != WcStatus::Success || qp.sq_sig_all).then(|| Wc {
+    let report = head.wqe.signaled() || status != WcStatus::Success || qp.sq_sig_all;
+    let wc = Wc {
         wr_id: head.wqe.wr_id,
         status,
         opcode: head.wqe.op.wc_opcode(),
@@ -389,14 +393,14 @@ pub fn complete_head(qp: &mut Qp, ctx: &mut Ctx<'_>, status: WcStatus) {
         } else {
             0
         },
-        imm_data: 0,
         qp_num: qp.qpn,
-        src_qp: 0,
-        wc_flags: 0,
-    });
-    trace!(qpn = qp.qpn, wr_id = head.wqe.wr_id, %status, "send request completed");
+        ..Wc::default()
+    };
+    trace!(qpn = qp.qpn, wr_id = wc.wr_id, %status, "send request completed");
+    // The slot goes back to the host before the completion does: a host that posts again as
+    // soon as it sees the completion must find room.
     qp.sq.retire_head();
-    if let Some(wc) = wc {
+    if report {
         ctx.cqs.complete(qp.send_cq, &wc, ctx.counters);
     }
     // Everything the retired request used is acknowledged: `una` moves to the next request's

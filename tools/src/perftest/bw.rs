@@ -6,13 +6,13 @@
 
 use std::time::Instant;
 
-use roce_nic::verbs::{RecvWr, SendFlags, SendOp, SendWr, Sge};
+use roce_nic::verbs::{RecvWr, SendFlags, SendOp, SendWr, Sge, Wc};
 
 use super::messages::{BwReport, QpRecord};
 use super::resources::Resources;
 use super::verify::{AtomicCheck, ReadCheck, SendCheck, FILL};
 use super::{AtomicOp, Options, Verb, ATOMIC_ADD, ATOMIC_COMPARE, ATOMIC_SWAP};
-use crate::memory::{completions, no_completion, Buffer};
+use crate::memory::{completions, Buffer};
 use crate::ToolError;
 
 /// Landing memory a run may take for READ data or received messages; beyond it, fewer
@@ -72,7 +72,7 @@ impl<'a> Client<'a> {
         let depth = u64::from(self.opts.tx_depth).min(self.places);
         let mut posted_at = Vec::with_capacity(iters as usize);
         let mut completed_at = Vec::with_capacity(iters as usize);
-        let mut wcs = [no_completion(); 64];
+        let mut wcs = [Wc::default(); 64];
         while self.completed < iters {
             let posted = posted_at.len() as u64;
             let room = depth - (posted - self.completed);
@@ -251,7 +251,7 @@ impl<'a> Receiver<'a> {
     }
 
     pub fn run(&mut self) -> Result<BwReport, ToolError> {
-        let mut wcs = [no_completion(); 64];
+        let mut wcs = [Wc::default(); 64];
         let mut first = None;
         while self.check.received < self.opts.iters {
             let n = completions(

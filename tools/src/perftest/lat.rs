@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use roce_nic::verbs::{RecvWr, SendFlags, SendOp, SendWr};
+use roce_nic::verbs::{RecvWr, SendFlags, SendOp, SendWr, Wc};
 
 use super::bw::landing_places;
 use super::messages::QpRecord;
@@ -17,7 +17,7 @@ use super::report::LatStats;
 use super::resources::Resources;
 use super::verify::{AtomicCheck, ReadCheck, SendCheck, FILL};
 use super::{AtomicOp, Options, Verb, ATOMIC_ADD, ATOMIC_COMPARE, ATOMIC_SWAP};
-use crate::memory::{completions, no_completion, Buffer};
+use crate::memory::{completions, Buffer};
 use crate::ToolError;
 
 /// Polls of the buffer before the spinning side starts sleeping between polls: under a
@@ -29,7 +29,7 @@ const NAP: Duration = Duration::from_micros(20);
 /// Posts one signaled request and waits for its completion.
 fn post_and_wait(res: &Resources, opts: &Options, wr: SendWr<'_>) -> Result<(), ToolError> {
     res.qp.post_send(&[wr])?;
-    let mut wc = [no_completion()];
+    let mut wc = [Wc::default()];
     completions(&res.send_cq, &mut wc, opts.limits.step, "request")?;
     Ok(())
 }
@@ -176,7 +176,7 @@ impl<'a> SendLat<'a> {
         let size = self.opts.size as usize;
         let (mut sent, mut received) = (0u64, 0u64);
         let mut posted_at = Vec::with_capacity(iters as usize);
-        let mut wc = [no_completion()];
+        let mut wc = [Wc::default()];
         while sent < iters || received < iters {
             // The client sends first; the server waits for it.
             if received < iters && (self.server || sent > 0) {

@@ -12,7 +12,7 @@ use roce_nic::verbs::{SendFlags, SendOp, SendWr, UdDest, Wc, WcOpcode};
 
 use super::setup::{Side, GRH_LEN, UD_QKEY};
 use super::{expected_message, Options, Report, Transport};
-use crate::memory::{completions, no_completion};
+use crate::memory::completions;
 use crate::oob::Role;
 use crate::ToolError;
 
@@ -41,7 +41,7 @@ pub fn run(side: &Side, opts: &Options, role: Role) -> Result<Report, ToolError>
             *waiting = RECV | SEND;
         }
     }
-    let mut wcs = [no_completion(); 16];
+    let mut wcs = [Wc::default(); 16];
     while received < opts.iters || sent < opts.iters {
         let n = completions(&side.cq, &mut wcs, opts.limits.step, "SEND or receive")?;
         for wc in &wcs[..n] {
