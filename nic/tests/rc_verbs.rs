@@ -312,28 +312,3 @@ fn inline_and_unsignaled_requests_at(mtu: Mtu) {
         "unsignaled requests must not complete"
     );
 }
-
-/// verbs promise that once a completion is seen, its request's slot in the send queue is free:
-/// a host that keeps exactly `max_send_wr` requests in flight posts the next one the moment a
-/// completion arrives (perftest does), and must never find the queue full.
-#[test]
-fn a_completed_request_has_given_its_slot_back() {
-    let (la, lb) = roce_nic::link::mem::pair();
-    let (dev_a, dev_b) = devices(la, lb).unwrap();
-    let cap = QpCap {
-        max_send_wr: 1,
-        ..bench_cap()
-    };
-    let a = host(&dev_a, QpType::Rc, 4096, cap).unwrap();
-    let b = host(&dev_b, QpType::Rc, 4096, cap).unwrap();
-    connect(&a, &b, Mtu::M1024, |_| {}).unwrap();
-    let sg = [a.mr.sge(0, 64)];
-    let op = SendOp::RdmaWrite {
-        remote_addr: b.mr.va,
-        rkey: b.mr.rkey,
-    };
-    for n in 0..200 {
-        post(&a, n, op, &sg, SendFlags::SIGNALED);
-        expect_ok(&a, n, WcOpcode::RdmaWrite);
-    }
-}
