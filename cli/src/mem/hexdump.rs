@@ -2,8 +2,9 @@
 
 use std::io::{self, Write};
 
-/// Bytes per line.
-pub const LINE: usize = 16;
+use roce_demo::text;
+
+pub use text::LINE;
 
 /// Writes consecutive lines, printing a run of all-zero lines as its first line and one `*`
 /// (as `xxd -a` does), because fresh shared memory is mostly zeros.
@@ -31,29 +32,10 @@ impl Hexdump {
     }
 }
 
-/// Writes one line: offset, up to 16 bytes in hex in two groups of 8, and the printable ones.
+/// Writes one line: offset, up to 16 bytes in hex in two groups of 8, and the printable ones —
+/// the demo's memory view, unhighlighted.
 pub fn write_line(out: &mut impl Write, offset: u64, bytes: &[u8]) -> io::Result<()> {
-    write!(out, "{offset:08x} ")?;
-    for i in 0..LINE {
-        if i % 8 == 0 {
-            write!(out, " ")?;
-        }
-        match bytes.get(i) {
-            Some(byte) => write!(out, "{byte:02x} ")?,
-            None => write!(out, "   ")?,
-        }
-    }
-    let text: String = bytes
-        .iter()
-        .map(|&b| {
-            if b.is_ascii_graphic() || b == b' ' {
-                char::from(b)
-            } else {
-                '.'
-            }
-        })
-        .collect();
-    writeln!(out, " |{text}|")
+    writeln!(out, "{}", text::dump_line(offset, bytes, None))
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use roce_hostmem::{Access, Region, VaBase};
 use roce_nic::verbs::{
     AddressVector, CompletionQueue, Context, Gid, MemoryRegion, QpAttr, QpCap, QpType, QueuePair,
-    SendFlags, SendOp, SendWr, Wc, WcOpcode, WcStatus,
+    SendFlags, SendOp, SendWr, Wc,
 };
 
 use crate::plan::{self, Plan};
@@ -140,16 +140,7 @@ impl Initiator {
     /// Waits for the completion, at most `timeout`, calling `tick` about ten times a second.
     pub fn completion(&self, timeout: Duration, mut tick: impl FnMut()) -> Result<Wc, DemoError> {
         let deadline = Instant::now() + timeout;
-        let mut wc = [Wc {
-            wr_id: 0,
-            status: WcStatus::GeneralErr,
-            opcode: WcOpcode::Send,
-            byte_len: 0,
-            imm_data: 0,
-            qp_num: 0,
-            src_qp: 0,
-            wc_flags: 0,
-        }];
+        let mut wc = [Wc::default()];
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {

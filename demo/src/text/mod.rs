@@ -51,7 +51,7 @@ pub mod style {
 }
 
 /// Bytes per line of a memory dump.
-const LINE: usize = 16;
+pub const LINE: usize = 16;
 
 /// Tells the story as text to `out`; with `quiet`, only the proof lines.
 pub struct Text<W: Write> {
@@ -172,8 +172,9 @@ fn memory(out: &mut impl Write, base: u64, before: &[u8], after: &[u8]) -> io::R
     Ok(())
 }
 
-/// One `hexdump -C` line; bytes that differ from `old` highlighted.
-fn dump_line(at: u64, bytes: &[u8], old: Option<&[u8]>) -> String {
+/// One `hexdump -C` line (offset, up to [`LINE`] bytes in hex in two groups of 8, the
+/// printable ones); bytes that differ from `old` highlighted.
+pub fn dump_line(at: u64, bytes: &[u8], old: Option<&[u8]>) -> String {
     let mut line = format!("{at:08x} ");
     for i in 0..LINE {
         if i % 8 == 0 {

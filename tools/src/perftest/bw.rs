@@ -11,7 +11,7 @@ use roce_nic::verbs::{RecvWr, SendFlags, SendOp, SendWr, Sge, Wc};
 use super::messages::{BwReport, QpRecord};
 use super::resources::Resources;
 use super::verify::{AtomicCheck, ReadCheck, SendCheck, FILL};
-use super::{AtomicOp, Options, Verb, ATOMIC_ADD, ATOMIC_COMPARE, ATOMIC_SWAP};
+use super::{AtomicOp, Options, Verb};
 use crate::memory::{completions, Buffer};
 use crate::ToolError;
 
@@ -140,21 +140,11 @@ impl<'a> Client<'a> {
     fn op(&self, n: u64) -> SendOp {
         let remote_addr = self.theirs.vaddr + self.res.layout.place(n);
         let rkey = self.theirs.rkey;
-        match (self.opts.test.verb(), self.opts.atomic) {
-            (Verb::Write, _) => SendOp::RdmaWrite { remote_addr, rkey },
-            (Verb::Read, _) => SendOp::RdmaRead { remote_addr, rkey },
-            (Verb::Send, _) => SendOp::Send,
-            (Verb::Atomic, AtomicOp::FetchAndAdd) => SendOp::AtomicFetchAndAdd {
-                remote_addr,
-                rkey,
-                add: ATOMIC_ADD,
-            },
-            (Verb::Atomic, AtomicOp::CmpAndSwap) => SendOp::AtomicCmpAndSwp {
-                remote_addr,
-                rkey,
-                compare: ATOMIC_COMPARE,
-                swap: ATOMIC_SWAP,
-            },
+        match self.opts.test.verb() {
+            Verb::Write => SendOp::RdmaWrite { remote_addr, rkey },
+            Verb::Read => SendOp::RdmaRead { remote_addr, rkey },
+            Verb::Send => SendOp::Send,
+            Verb::Atomic => self.opts.atomic.send_op(remote_addr, rkey),
         }
     }
 

@@ -16,7 +16,7 @@ use super::messages::QpRecord;
 use super::report::LatStats;
 use super::resources::Resources;
 use super::verify::{AtomicCheck, ReadCheck, SendCheck, FILL};
-use super::{AtomicOp, Options, Verb, ATOMIC_ADD, ATOMIC_COMPARE, ATOMIC_SWAP};
+use super::{AtomicOp, Options, Verb};
 use crate::memory::{completions, Buffer};
 use crate::ToolError;
 
@@ -248,18 +248,8 @@ impl<'a> OneSidedLat<'a> {
 
     fn op(&self) -> SendOp {
         let (remote_addr, rkey) = (self.theirs.vaddr, self.theirs.rkey);
-        match (self.opts.test.verb(), self.opts.atomic) {
-            (Verb::Atomic, AtomicOp::FetchAndAdd) => SendOp::AtomicFetchAndAdd {
-                remote_addr,
-                rkey,
-                add: ATOMIC_ADD,
-            },
-            (Verb::Atomic, AtomicOp::CmpAndSwap) => SendOp::AtomicCmpAndSwp {
-                remote_addr,
-                rkey,
-                compare: ATOMIC_COMPARE,
-                swap: ATOMIC_SWAP,
-            },
+        match self.opts.test.verb() {
+            Verb::Atomic => self.opts.atomic.send_op(remote_addr, rkey),
             _ => SendOp::RdmaRead { remote_addr, rkey },
         }
     }

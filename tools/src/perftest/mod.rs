@@ -24,7 +24,7 @@ mod verify;
 
 use std::io::Write;
 
-use roce_nic::verbs::{Context, Mtu};
+use roce_nic::verbs::{Context, Mtu, SendOp};
 
 use crate::oob::{Channel, Limits, Role};
 use crate::ToolError;
@@ -65,6 +65,23 @@ impl AtomicOp {
         match self {
             AtomicOp::FetchAndAdd => "FETCH_AND_ADD",
             AtomicOp::CmpAndSwap => "CMP_AND_SWAP",
+        }
+    }
+
+    /// The work request perftest posts for this atomic, with its operands.
+    pub fn send_op(self, remote_addr: u64, rkey: u32) -> SendOp {
+        match self {
+            AtomicOp::FetchAndAdd => SendOp::AtomicFetchAndAdd {
+                remote_addr,
+                rkey,
+                add: ATOMIC_ADD,
+            },
+            AtomicOp::CmpAndSwap => SendOp::AtomicCmpAndSwp {
+                remote_addr,
+                rkey,
+                compare: ATOMIC_COMPARE,
+                swap: ATOMIC_SWAP,
+            },
         }
     }
 }
