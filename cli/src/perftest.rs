@@ -42,7 +42,7 @@ enum Atomic {
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Which test (the real program is ib_<TEST>).
+    /// Which test (the real program is `ib_<TEST>`).
     #[arg(value_enum)]
     test: Program,
     /// The server's IP address; without it, this side is the server.

@@ -14,7 +14,7 @@
 //! - the target's CPU time and context switches, from /proc ([`cpu`]).
 //!
 //! The pieces: [`rig`] sets up the NICs, the wire and the target (processes or threads),
-//! [`target`] is the target program, [`play`] runs a scenario and tells it as a [`story`] of
+//! [`target_host`] is the target program, [`play`] runs a scenario and tells it as a [`story`] of
 //! beats, which [`text`] renders for a terminal and [`html`] as a page with a ladder diagram,
 //! a memory map and a CPU timeline.
 
@@ -27,7 +27,7 @@ pub mod rig;
 pub mod scenario;
 pub mod side;
 pub mod story;
-pub mod target;
+pub mod target_host;
 pub mod text;
 pub mod wire;
 

@@ -24,7 +24,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
     let scenario: Scenario = args.scenario.parse().map_err(Failure::usage)?;
-    roce_demo::target::run_process(&args.nic, &args.region, scenario, args.size)
+    roce_demo::target_host::run_process(&args.nic, &args.region, scenario, args.size)
         .map_err(|e| Failure::new(e.to_string()))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -11,7 +11,7 @@ use roce_nic::verbs::{
 };
 
 use crate::plan::{self, Plan};
-use crate::target::{random_psn, Shared, GID_INDEX};
+use crate::target_host::{random_psn, Shared, GID_INDEX};
 use crate::{DemoError, Scenario};
 
 /// The work request's id.

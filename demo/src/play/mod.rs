@@ -1,4 +1,4 @@
-//! Running a scenario: set up the [`Rig`](crate::rig::Rig), play the script ([`act`]), keep
+//! Running a scenario: set up the [`Rig`](crate::rig::Rig), play the script (`act`), keep
 //! what the HTML page needs ([`Record`]), and fail if a proof did not hold.
 
 mod act;

@@ -19,7 +19,7 @@ use rustix::process::Signal;
 use crate::child::Child;
 use crate::cpu::{self, CpuUse, Whom};
 use crate::events::EventLog;
-use crate::target::{FromTarget, Shared, ToTarget};
+use crate::target_host::{FromTarget, Shared, ToTarget};
 use crate::wire::Wire;
 use crate::DemoError;
 
@@ -234,7 +234,7 @@ impl TargetHandle {
     }
 
     /// Waits until the target sleeps — it has answered its last command and gone back to
-    /// waiting for something — so that its CPU time stays put (two readings [`SETTLE`] apart).
+    /// waiting for something — so that its CPU time stays put (two readings `SETTLE` apart).
     pub fn asleep(&self) -> Result<(), DemoError> {
         let deadline = Instant::now() + STOPPING;
         let mut last = self.cpu()?;

@@ -14,7 +14,7 @@ use roce_nic::{Device, DeviceConfig};
 use super::{Channel, Layout, Rig, Stage, TargetHandle, INITIATOR_IP, TARGET_IP};
 use crate::events::Capture;
 use crate::plan::Plan;
-use crate::target;
+use crate::target_host;
 use crate::wire::tap::Tap;
 use crate::wire::Wire;
 use crate::{DemoError, Side};
@@ -59,7 +59,7 @@ pub fn start(plan: &Plan, wire: Arc<Wire>, capture: &Capture) -> Result<Rig, Dem
         Region::anonymous(plan.region_len)
             .map_err(|e| DemoError::because("cannot allocate the target's memory", e))?,
     );
-    let socket = target::spawn_thread(open(&target_nic)?, Arc::clone(&region), plan)?;
+    let socket = target_host::spawn_thread(open(&target_nic)?, Arc::clone(&region), plan)?;
     let target = TargetHandle::ready(Channel::thread(socket)?, |_| Ok(region))?;
     let layout = Layout::Threads {
         nics: [INITIATOR_NIC.to_owned(), TARGET_NIC.to_owned()],

@@ -3,8 +3,8 @@
 //! runs a small TCP/IP stack for the out-of-band channels RDMA tools use to swap QP numbers.
 //! All of it is smoltcp's `iface` and sockets; this module only feeds it frames and time.
 //!
-//! The engine gives the stack every frame that is not RoCE ([`IpStack::ingress`]) and polls it
-//! once a pass ([`IpStack::poll`]); RoCE frames never touch smoltcp. The stack's frames go out
+//! The engine gives the stack every frame that is not RoCE (`IpStack::ingress`) and polls it
+//! once a pass (`IpStack::poll`); RoCE frames never touch smoltcp. The stack's frames go out
 //! through the engine's [`Tx`], like RoCE packets.
 
 mod bridge;

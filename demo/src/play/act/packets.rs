@@ -9,7 +9,7 @@ use super::{changed, Act, TIMELINE_FRAMES};
 use crate::events::NicEvent;
 use crate::plan;
 use crate::story::Beat;
-use crate::target::opcode_name;
+use crate::target_host::opcode_name;
 use crate::wire::Seen;
 use crate::{DemoError, Scenario, Side};
 

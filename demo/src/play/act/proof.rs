@@ -9,8 +9,8 @@ use crate::events::since_epoch;
 use crate::plan::{self, Payload};
 use crate::rig::ANSWER;
 use crate::story::Beat;
-use crate::target::protocol::REPORTED;
-use crate::target::{FromTarget, ToTarget};
+use crate::target_host::protocol::REPORTED;
+use crate::target_host::{FromTarget, ToTarget};
 use crate::wire::LISTED;
 use crate::{DemoError, Scenario, Side};
 

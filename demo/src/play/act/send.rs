@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::{is_rnr_nak, quote_bytes, Act, RNR_NAKS, TARGET_WAIT_MS};
 use crate::rig::ANSWER;
-use crate::target::{FromTarget, ToTarget};
+use crate::target_host::{FromTarget, ToTarget};
 use crate::{DemoError, Side};
 
 /// How long the RNR NAKs may take to come.
@@ -80,7 +80,7 @@ impl Act<'_, '_> {
         self.story.say(format!(
             "The initiator's completion: wr_id {} {} {}, {} bytes.",
             wc.wr_id,
-            crate::target::opcode_name(wc.opcode),
+            crate::target_host::opcode_name(wc.opcode),
             wc.status,
             wc.byte_len
         ));

@@ -9,7 +9,7 @@ use crate::cpu::Sampler;
 use crate::events::since_epoch;
 use crate::plan;
 use crate::story::Beat;
-use crate::target::{FromTarget, ToTarget};
+use crate::target_host::{FromTarget, ToTarget};
 use crate::{DemoError, Scenario, Side};
 
 /// How often the target's CPU time is sampled for the timeline.
