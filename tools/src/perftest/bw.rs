@@ -6,9 +6,10 @@
 
 use std::time::Instant;
 
-use roce_nic::verbs::{RecvWr, SendFlags, SendOp, SendWr, Sge, Wc};
+use roce_nic::verbs::{SendFlags, SendOp, SendWr, Sge, Wc};
 
 use super::messages::{BwReport, QpRecord};
+use super::receives::Receives;
 use super::resources::Resources;
 use super::verify::{AtomicCheck, ReadCheck, SendCheck, FILL};
 use super::{AtomicOp, Options, Verb};
@@ -200,9 +201,7 @@ impl<'a> Client<'a> {
 pub struct Receiver<'a> {
     res: &'a Resources,
     opts: &'a Options,
-    landing: Buffer,
-    places: u64,
-    posted: u64,
+    receives: Receives,
     check: SendCheck,
 }
 
@@ -213,31 +212,12 @@ impl<'a> Receiver<'a> {
         opts: &'a Options,
         receives: u32,
     ) -> Result<Receiver<'a>, ToolError> {
-        let places = landing_places(u64::from(receives), opts.size);
-        let mut receiver = Receiver {
+        Ok(Receiver {
             res,
             opts,
-            landing: res.landing((places * opts.size) as usize)?,
-            places,
-            posted: 0,
+            receives: Receives::post_first(res, opts, receives)?,
             check: SendCheck::new(opts.size as usize, res.layout.places()),
-        };
-        for _ in 0..places.min(opts.iters) {
-            receiver.post()?;
-        }
-        Ok(receiver)
-    }
-
-    fn post(&mut self) -> Result<(), ToolError> {
-        let at = ((self.posted % self.places) * self.opts.size) as usize;
-        self.landing.fill(at, self.opts.size as usize, FILL);
-        let sge = [self.landing.sge(at, self.opts.size as u32)];
-        self.res.qp.post_recv(&[RecvWr {
-            wr_id: self.posted,
-            sg_list: &sge,
-        }])?;
-        self.posted += 1;
-        Ok(())
+        })
     }
 
     pub fn run(&mut self) -> Result<BwReport, ToolError> {
@@ -252,12 +232,8 @@ impl<'a> Receiver<'a> {
             )?;
             first.get_or_insert_with(Instant::now);
             for wc in &wcs[..n] {
-                let at = ((wc.wr_id % self.places) * self.opts.size) as usize;
-                let data = self.landing.read(at, self.opts.size as usize);
+                let data = self.receives.take(self.res, wc.wr_id)?;
                 self.check.check(wc.byte_len, &data)?;
-                if self.posted < self.opts.iters {
-                    self.post()?;
-                }
             }
         }
         let elapsed = first.map(|t| t.elapsed()).unwrap_or_default();

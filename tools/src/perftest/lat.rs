@@ -9,10 +9,10 @@
 
 use std::time::{Duration, Instant};
 
-use roce_nic::verbs::{RecvWr, SendFlags, SendOp, SendWr, Wc};
+use roce_nic::verbs::{SendFlags, SendOp, SendWr, Wc};
 
-use super::bw::landing_places;
 use super::messages::QpRecord;
+use super::receives::Receives;
 use super::report::LatStats;
 use super::resources::Resources;
 use super::verify::{AtomicCheck, ReadCheck, SendCheck, FILL};
@@ -128,9 +128,7 @@ pub struct SendLat<'a> {
     res: &'a Resources,
     opts: &'a Options,
     server: bool,
-    landing: Buffer,
-    places: u64,
-    posted: u64,
+    receives: Receives,
     check: SendCheck,
 }
 
@@ -142,33 +140,14 @@ impl<'a> SendLat<'a> {
         server: bool,
         receives: u32,
     ) -> Result<SendLat<'a>, ToolError> {
-        let places = landing_places(u64::from(receives), opts.size);
-        let mut lat = SendLat {
+        Ok(SendLat {
             res,
             opts,
             server,
-            landing: res.landing((places * opts.size) as usize)?,
-            places,
-            posted: 0,
+            receives: Receives::post_first(res, opts, receives)?,
             // Every message comes from the start of the sender's buffer.
             check: SendCheck::new(opts.size as usize, 1),
-        };
-        for _ in 0..places.min(opts.iters) {
-            lat.post_recv()?;
-        }
-        Ok(lat)
-    }
-
-    fn post_recv(&mut self) -> Result<(), ToolError> {
-        let at = ((self.posted % self.places) * self.opts.size) as usize;
-        self.landing.fill(at, self.opts.size as usize, FILL);
-        let sge = [self.landing.sge(at, self.opts.size as u32)];
-        self.res.qp.post_recv(&[RecvWr {
-            wr_id: self.posted,
-            sg_list: &sge,
-        }])?;
-        self.posted += 1;
-        Ok(())
+        })
     }
 
     pub fn run(&mut self) -> Result<LatStats, ToolError> {
@@ -186,13 +165,9 @@ impl<'a> SendLat<'a> {
                     self.opts.limits.step,
                     "SEND from the peer",
                 )?;
-                let at = ((wc[0].wr_id % self.places) * self.opts.size) as usize;
-                self.check
-                    .check(wc[0].byte_len, &self.landing.read(at, size))?;
+                let data = self.receives.take(self.res, wc[0].wr_id)?;
+                self.check.check(wc[0].byte_len, &data)?;
                 received += 1;
-                if self.posted < iters {
-                    self.post_recv()?;
-                }
             }
             if sent < iters {
                 posted_at.push(Instant::now());

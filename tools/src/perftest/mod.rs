@@ -17,6 +17,7 @@ mod bw;
 mod lat;
 pub mod layout;
 pub mod messages;
+mod receives;
 mod report;
 mod resources;
 mod session;
