@@ -41,20 +41,6 @@ const FRAME_FIELDS: [&str; 4] = [
     "frame.cap_len",
 ];
 
-/// Protocols that would claim RoCE packets or their payloads (see the module comment).
-const DISABLED: [&str; 10] = [
-    "dns",
-    "tftp",
-    "rpcordma",
-    "smb_direct",
-    "smc",
-    "nvme-rdma",
-    "lnet",
-    "iser",
-    "infiniband_sdp",
-    "fcoib",
-];
-
 fn tshark_available() -> bool {
     Command::new("tshark")
         .arg("--version")
@@ -64,12 +50,8 @@ fn tshark_available() -> bool {
 
 /// tshark's rows, by frame number: field name to text (absent when tshark printed nothing).
 fn tshark_rows(file: &Path, fields: &[&str]) -> HashMap<u64, HashMap<String, String>> {
-    let mut command = Command::new("tshark");
-    command.arg("-r").arg(file).args(["-n", "-T", "fields"]);
+    let mut command = roce_tests::tshark_fields(file);
     command.args(["-E", "separator=/t", "-E", "occurrence=f", "-E", "quote=n"]);
-    for protocol in DISABLED {
-        command.args(["--disable-protocol", protocol]);
-    }
     for field in fields {
         command.args(["-e", field]);
     }

@@ -4,6 +4,7 @@
 pub mod bundled;
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 /// The workspace root.
 pub fn workspace() -> PathBuf {
@@ -47,4 +48,31 @@ pub fn captures_under(dir: &Path) -> Vec<PathBuf> {
         .collect();
     found.sort();
     found
+}
+
+/// Dissectors that would claim RoCE payloads (RDMA storage protocols) or the packets
+/// themselves, and so hide fields of plain RoCE traffic. `decode_as` does not help in tshark 4.0;
+/// disabling them does (one option each).
+const CLAIMING_DISSECTORS: [&str; 10] = [
+    "dns",
+    "tftp",
+    "rpcordma",
+    "smb_direct",
+    "smc",
+    "nvme-rdma",
+    "lnet",
+    "iser",
+    "infiniband_sdp",
+    "fcoib",
+];
+
+/// `tshark -r FILE -n -T fields` with the dissectors that would hide RoCE fields disabled; the
+/// caller adds its `-E` options and the `-e` fields.
+pub fn tshark_fields(file: &Path) -> Command {
+    let mut command = Command::new("tshark");
+    command.arg("-r").arg(file).args(["-n", "-T", "fields"]);
+    for protocol in CLAIMING_DISSECTORS {
+        command.args(["--disable-protocol", protocol]);
+    }
+    command
 }

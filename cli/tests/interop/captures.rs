@@ -3,7 +3,6 @@
 //! run, so they are rewritten only on demand: `ROCE_REGENERATE_CAPTURES=1`.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 /// Where the captures live in the repository.
 pub fn committed_dir() -> PathBuf {
@@ -48,32 +47,12 @@ const FIELDS: &[&str] = &[
     "infiniband.invariant.crc",
 ];
 
-/// Dissectors that would claim RoCE payloads (RDMA storage protocols) or the packets
-/// themselves, and so hide fields of plain RoCE traffic.
-const DISABLED: &[&str] = &[
-    "dns",
-    "tftp",
-    "rpcordma",
-    "smb_direct",
-    "smc",
-    "nvme-rdma",
-    "lnet",
-    "iser",
-    "infiniband_sdp",
-    "fcoib",
-];
-
 /// tshark's dump of the RoCE frames of `pcap`: a header line, then one tab-separated line per
 /// frame.
 pub fn field_dump(pcap: &Path) -> String {
-    let mut cmd = Command::new("tshark");
-    cmd.arg("-r")
-        .arg(pcap)
-        .args(["-n", "-Y", "infiniband", "-T", "fields"]);
+    let mut cmd = roce_tests::tshark_fields(pcap);
+    cmd.args(["-Y", "infiniband"]);
     cmd.args(["-E", "header=y", "-E", "separator=/t", "-E", "occurrence=f"]);
-    for protocol in DISABLED {
-        cmd.args(["--disable-protocol", protocol]);
-    }
     for field in FIELDS {
         cmd.args(["-e", field]);
     }
