@@ -79,6 +79,9 @@ pub struct Args {
         default_value = "FETCH_AND_ADD"
     )]
     atomic: Atomic,
+    /// Bandwidth in Gb/s rather than MB/s.
+    #[arg(long = "report_gbits", alias = "report-gbits")]
+    report_gbits: bool,
     /// Seconds any one step may wait (the client, a message, a completion).
     #[arg(long, default_value_t = 60, value_name = "SECONDS")]
     timeout: u64,
@@ -124,6 +127,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         gid_index: args.gid_index,
         port: args.port,
         qp_timeout: args.qp_timeout,
+        report_gbits: args.report_gbits,
         limits: Limits {
             step: Duration::from_secs(args.timeout),
             connect_retry: Duration::from_secs(args.connect_retry),

@@ -85,6 +85,32 @@ fn bandwidth_tests_both_ways() {
 }
 
 #[test]
+fn report_gbits_prints_and_sends_gigabits() {
+    let size = 4096;
+    let (server, server_out, client, client_out) = both(Options {
+        report_gbits: true,
+        ..opts(Test::WriteBw, size, 200)
+    });
+    let Measured::Bw(report) = client.result else {
+        panic!("{client_out}")
+    };
+    // msg_rate is in millions of messages per second: bits per second over 10^9 follow.
+    let gbits = report.msg_rate * 1e6 * (size * 8) as f64 / 1e9;
+    assert!(
+        (report.average - gbits).abs() < 1e-9 * gbits.max(1.0),
+        "{report:?}"
+    );
+    // The server prints what the client sent it.
+    assert_eq!(server.result, Measured::Bw(report), "{server_out}");
+    for out in [&server_out, &client_out] {
+        assert!(
+            out.contains("BW peak[Gb/sec]    BW average[Gb/sec]"),
+            "{out}"
+        );
+    }
+}
+
+#[test]
 fn atomic_bandwidth_with_both_operations() {
     for atomic in [AtomicOp::FetchAndAdd, AtomicOp::CmpAndSwap] {
         let (server, _, client, client_out) = both(Options {

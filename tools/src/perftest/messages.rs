@@ -129,7 +129,8 @@ impl QpRecord {
 pub struct BwReport {
     pub size: u64,
     pub iters: u64,
-    /// MB/s (2^20 bytes per second).
+    /// MB/s (2^20 bytes per second); Gb/s (10^9 bits per second) after
+    /// [`BwReport::in_gbits`]. Either way, what the side prints is what it sends its peer.
     pub peak: f64,
     pub average: f64,
     /// Millions of messages per second.

@@ -162,6 +162,8 @@ pub struct Options {
     pub port: u16,
     /// `-u`: the QP's retransmission timeout (4.096 µs × 2^u).
     pub qp_timeout: u8,
+    /// `--report_gbits`: bandwidth in Gb/s rather than MB/s.
+    pub report_gbits: bool,
     pub limits: Limits,
 }
 
@@ -194,6 +196,7 @@ impl Options {
             gid_index: 1,
             port: 18515,
             qp_timeout: 14,
+            report_gbits: false,
             limits: Limits::default(),
         }
     }
@@ -279,13 +282,16 @@ pub fn run(
         session.round(&res.mine)?;
     }
     report::addresses(out, opts, &res.mine, &theirs)?;
-    let measured = phase.run()?;
+    let measured = match phase.run()? {
+        Measured::Bw(report) if opts.report_gbits => Measured::Bw(report.in_gbits()),
+        measured => measured,
+    };
     let result = finish(session, &res.mine, opts, role, measured)?;
     let verified = match phase.verified() {
         Some(v) => v,
         None => verify::passive_server(&res, opts, &theirs, &ctx.counters()?.since(&before))?,
     };
-    report::result(out, &result)?;
+    report::result(out, &result, opts.report_gbits)?;
     writeln!(out, "verified: {verified}")?;
     Ok(Outcome { result, verified })
 }

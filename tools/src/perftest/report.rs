@@ -11,6 +11,8 @@ use super::{Measured, Options, Verb, PEAK_LIMIT};
 
 const RULE: &str =
     "---------------------------------------------------------------------------------------";
+/// Bytes per second in perftest's Gb/s.
+const GBIT: f64 = 125_000_000.0;
 /// Bytes in perftest's MB.
 const MB: f64 = 1_048_576.0;
 /// The CQ moderation perftest's peak is computed over (every 100th completion).
@@ -47,6 +49,15 @@ impl BwReport {
             peak,
             average: size as f64 * per_second / MB,
             msg_rate: per_second / 1e6,
+        }
+    }
+
+    /// The same numbers in Gb/s, for `--report_gbits`.
+    pub fn in_gbits(self) -> BwReport {
+        BwReport {
+            peak: self.peak * MB / GBIT,
+            average: self.average * MB / GBIT,
+            ..self
         }
     }
 
@@ -194,12 +205,13 @@ fn alt_hex(value: u64, width: usize) -> String {
 }
 
 /// The result table.
-pub fn result(out: &mut dyn Write, measured: &Measured) -> io::Result<()> {
+pub fn result(out: &mut dyn Write, measured: &Measured, gbits: bool) -> io::Result<()> {
     match measured {
         Measured::Bw(r) => {
+            let unit = if gbits { "Gb/sec" } else { "MB/sec" };
             writeln!(
                 out,
-                " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]"
+                " #bytes     #iterations    BW peak[{unit}]    BW average[{unit}]   MsgRate[Mpps]"
             )?;
             writeln!(
                 out,
@@ -248,6 +260,22 @@ mod tests {
         assert!((r.msg_rate - 4.0 / 0.013 / 1e6).abs() < 1e-9, "{r:?}");
         // The best stretch (ending on the last completion) leaves out the slow first message.
         assert!((r.peak - 1000.0).abs() < 1e-6, "{r:?}");
+    }
+
+    #[test]
+    fn gbits_are_bits_over_ten_to_the_nine() {
+        // 1000 MB/s is 1000 × 2^20 × 8 bits per second.
+        let mb = BwReport {
+            size: 65536,
+            iters: 10,
+            peak: 2000.0,
+            average: 1000.0,
+            msg_rate: 0.016,
+        };
+        let gb = mb.in_gbits();
+        assert!((gb.average - 8.388_608).abs() < 1e-9, "{gb:?}");
+        assert!((gb.peak - 16.777_216).abs() < 1e-9, "{gb:?}");
+        assert_eq!((gb.size, gb.iters, gb.msg_rate), (65536, 10, 0.016));
     }
 
     #[test]
