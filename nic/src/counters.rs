@@ -93,7 +93,7 @@ counters! {
     dma_read_bytes: "bytes read from host memory",
     completions: "completion queue entries written",
     completion_errors: "completions with an error status",
-    cq_overflows: "completions lost because a completion queue was full",
+    cq_overflows: "completions lost because a completion queue was full (it is in error then)",
 }
 
 /// Adds one. The engine is the only writer, so a relaxed load and store suffice (no locked

@@ -99,8 +99,6 @@ pub struct Cq {
     pub owner: u64,
     producer: Producer,
     event: Arc<EventLine>,
-    /// Completions lost to a full queue (a host that does not poll).
-    pub overflowed: u64,
 }
 
 impl Cq {
@@ -110,7 +108,6 @@ impl Cq {
             owner,
             producer: Producer::new(ring),
             event,
-            overflowed: 0,
         }
     }
 
@@ -122,14 +119,27 @@ impl Cq {
         &self.event
     }
 
-    /// Writes one completion and wakes a waiting consumer.
+    /// Whether the queue overran: it lost a completion and is in error, as the spec has it
+    /// (the QPs that complete on it are moved to the error state by the engine).
+    pub fn overran(&self) -> bool {
+        self.producer.ring().overrun().load(Ordering::SeqCst) != 0
+    }
+
+    /// Writes one completion and wakes a waiting consumer. A full queue overruns: the
+    /// completion is lost, the queue is in error from then on (it takes no more), and a waiting
+    /// consumer is woken to find that out.
     pub fn push(&mut self, wc: &Wc, counters: &Counters) {
         let mut slot = [0u8; CQE_SIZE];
         encode_cqe(&mut slot, wc);
-        if !self.producer.push(&slot) {
-            self.overflowed += 1;
+        if self.overran() || !self.producer.push(&slot) {
             counters::bump(&counters.cq_overflows);
-            tracing::warn!(cqn = self.cqn, "completion queue full: completion lost");
+            if self.producer.ring().overrun().swap(1, Ordering::SeqCst) == 0 {
+                tracing::warn!(
+                    cqn = self.cqn,
+                    "completion queue overrun: completion lost, queue in error"
+                );
+                self.event.signal();
+            }
             return;
         }
         self.producer.publish();
@@ -184,6 +194,11 @@ impl CqTable {
         if let Some(cq) = self.get_mut(cqn) {
             cq.push(wc, counters);
         }
+    }
+
+    /// Whether queue `cqn` overran (see [`Cq::overran`]).
+    pub fn overran(&self, cqn: u32) -> bool {
+        self.get(cqn).is_some_and(Cq::overran)
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &Cq> {

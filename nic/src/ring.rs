@@ -7,6 +7,8 @@
 //! offset 0    producer index (u32, free-running)   <- written by the producer only
 //! offset 64   consumer index (u32, free-running)   <- written by the consumer only
 //! offset 96   notify word (u32)                     <- completion queues: "wake me" flag
+//! offset 100  overrun word (u32)                    <- completion queues: set by the NIC when
+//!                                                      the queue was full and it lost a completion
 //! offset 128  slot 0, slot 1, ... (capacity a power of two)
 //! ```
 //! The other side may be another process that misbehaves: every index read from shared memory
@@ -21,6 +23,7 @@ use roce_hostmem::Region;
 const PRODUCER: usize = 0;
 const CONSUMER: usize = 64;
 const NOTIFY: usize = 96;
+const OVERRUN: usize = 100;
 const HEADER: usize = 128;
 
 /// The geometry of a ring: where it lies in its region and how its slots are sized.
@@ -85,6 +88,7 @@ impl Ring {
         ring.word(PRODUCER).store(0, Ordering::SeqCst);
         ring.word(CONSUMER).store(0, Ordering::SeqCst);
         ring.word(NOTIFY).store(0, Ordering::SeqCst);
+        ring.word(OVERRUN).store(0, Ordering::SeqCst);
         Ok(ring)
     }
 
@@ -145,6 +149,12 @@ impl Ring {
     /// The notify word (completion queues: set by a consumer that waits for an event).
     pub fn notify(&self) -> &AtomicU32 {
         self.word(NOTIFY)
+    }
+
+    /// The overrun word (completion queues: set once the NIC found the queue full and lost a
+    /// completion; the queue is in error from then on).
+    pub fn overrun(&self) -> &AtomicU32 {
+        self.word(OVERRUN)
     }
 
     /// Copies slot `index` out (a snapshot: the other side cannot change it under the reader).

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use crossbeam::channel::Receiver;
 use roce_hostmem::{MrTable, PdId};
 use smoltcp::wire::IpCidr;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use crate::buf::BufPool;
 use crate::control::{ClientId, Command, Control, Request};
@@ -350,6 +350,13 @@ impl Engine {
 /// requests, transmit, and send READ responses. Returns whether anything happened.
 fn work(qp: &mut Qp, ctx: &mut Ctx<'_>) -> bool {
     let mut busy = false;
+    // A completion queue in error takes its QPs with it (IBTA: CQ overrun).
+    let live = !matches!(qp.state, QpState::Reset | QpState::Err);
+    if live && (ctx.cqs.overran(qp.send_cq) || ctx.cqs.overran(qp.recv_cq)) {
+        warn!(qpn = qp.qpn, "its completion queue overran: QP to error");
+        qp.enter_error(ctx);
+        busy = true;
+    }
     if qp.state == QpState::Err {
         if qp.sq.unfetched() > 0 || qp.rq.available() > 0 {
             qp.flush(ctx);

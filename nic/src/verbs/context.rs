@@ -403,6 +403,19 @@ impl CompletionQueue {
         n
     }
 
+    /// Whether the NIC found the queue full and lost a completion. The queue is in error from
+    /// then on (as the spec has it) and its QPs are moved to the error state; completions
+    /// written before still come out of [`CompletionQueue::poll`], and
+    /// [`CompletionQueue::try_wait`] fails with [`VerbsError::CqOverrun`] once they are taken.
+    pub fn overran(&self) -> bool {
+        let consumer = self
+            .inner
+            .consumer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        consumer.ring().overrun().load(Ordering::SeqCst) != 0
+    }
+
     /// Like [`CompletionQueue::try_wait`], for callers that treat a stopped NIC like a
     /// timeout: returns 0 then.
     pub fn wait(&self, out: &mut [Wc], timeout: Option<Duration>) -> usize {
@@ -421,6 +434,9 @@ impl CompletionQueue {
                 return Ok(n);
             }
             ctx.check_alive()?;
+            if self.overran() {
+                return Err(VerbsError::CqOverrun(self.inner.cq));
+            }
             // Ask for an event, then look once more: a completion written before the request
             // was seen would otherwise be slept through.
             self.notify_flag(1);

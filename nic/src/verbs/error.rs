@@ -30,6 +30,10 @@ pub enum VerbsError {
     SendQueueFull(u32),
     #[error("the receive queue is full ({0} requests outstanding)")]
     RecvQueueFull(u32),
+    /// The NIC found the completion queue full and lost a completion: the queue is in error and
+    /// its QPs are too (poll it more often, or make it larger).
+    #[error("completion queue {0:#x} overran: completions were lost, and its QPs are in the error state")]
+    CqOverrun(u32),
     /// No NIC process of that name answers on this machine.
     #[error("no NIC named {nic} is running (nothing answers at {})", path.display())]
     NoDevice {
