@@ -79,6 +79,9 @@ pub struct Args {
         default_value = "FETCH_AND_ADD"
     )]
     atomic: Atomic,
+    /// Every message size from 2 bytes to 8 MiB in powers of two (write_bw and read_bw).
+    #[arg(short = 'a', long = "all")]
+    all: bool,
     /// Bandwidth in Gb/s rather than MB/s.
     #[arg(long = "report_gbits", alias = "report-gbits")]
     report_gbits: bool,
@@ -128,6 +131,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         port: args.port,
         qp_timeout: args.qp_timeout,
         report_gbits: args.report_gbits,
+        all_sizes: args.all,
         limits: Limits {
             step: Duration::from_secs(args.timeout),
             connect_retry: Duration::from_secs(args.connect_retry),

@@ -111,6 +111,58 @@ fn report_gbits_prints_and_sends_gigabits() {
 }
 
 #[test]
+fn all_sizes_sweeps_two_bytes_to_eight_mebibytes() {
+    for test in [Test::WriteBw, Test::ReadBw] {
+        let (server, server_out, client, client_out) = both(Options {
+            all_sizes: true,
+            ..opts(test, 65536, 5)
+        });
+        let Measured::Sweep(reports) = &client.result else {
+            panic!("{test:?}: {client_out}")
+        };
+        let sizes: Vec<u64> = reports.iter().map(|r| r.size).collect();
+        let expected: Vec<u64> = (1..24).map(|i| 1 << i).collect();
+        assert_eq!(sizes, expected, "{client_out}");
+        assert!(reports.iter().all(|r| r.iters == 5 && r.average > 0.0));
+        // One line per size on the client; the server prints the last size's report.
+        let lines = client_out
+            .lines()
+            .filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit()))
+            .count();
+        assert_eq!(lines, 23, "{client_out}");
+        assert_eq!(
+            server.result,
+            Measured::Bw(*reports.last().unwrap()),
+            "{server_out}"
+        );
+        assert!(
+            client.verified.starts_with("23 sizes"),
+            "{}",
+            client.verified
+        );
+        println!(
+            "{test:?} -a:\n  server: {}\n  client: {}",
+            server.verified, client.verified
+        );
+    }
+}
+
+#[test]
+fn all_sizes_is_refused_where_perftest_s_exchange_differs() {
+    let (la, _lb) = mem::pair();
+    let (dev, _) = devices(la, _lb).unwrap();
+    let ctx = dev.open().unwrap();
+    let opts = Options {
+        all_sizes: true,
+        ..opts(Test::SendBw, 65536, 5)
+    };
+    match perftest::run(&ctx, &opts, Role::Server, &mut Vec::new()) {
+        Err(ToolError::Usage(m)) => assert!(m.contains("-a"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
 fn atomic_bandwidth_with_both_operations() {
     for atomic in [AtomicOp::FetchAndAdd, AtomicOp::CmpAndSwap] {
         let (server, _, client, client_out) = both(Options {

@@ -4,15 +4,17 @@
 //!
 //! [`Layout::place`]: super::layout::Layout::place
 
+use std::io::Write;
 use std::time::Instant;
 
 use roce_nic::verbs::{SendFlags, SendOp, SendWr, Sge, Wc};
 
+use super::layout::Layout;
 use super::messages::{BwReport, QpRecord};
 use super::receives::Receives;
 use super::resources::Resources;
 use super::verify::{AtomicCheck, ReadCheck, SendCheck, FILL};
-use super::{AtomicOp, Options, Verb};
+use super::{report, AtomicOp, Options, Verb, MAX_SIZE};
 use crate::memory::{completions, Buffer};
 use crate::ToolError;
 
@@ -30,6 +32,8 @@ pub fn landing_places(want: u64, len: u64) -> u64 {
 pub struct Client<'a> {
     res: &'a Resources,
     opts: &'a Options,
+    /// Where this run's messages go: the resources' layout, or that of one size of `-a`.
+    layout: Layout,
     theirs: QpRecord,
     /// Where READ data and atomic results land, one place per request in flight.
     landing: Option<Buffer>,
@@ -40,9 +44,11 @@ pub struct Client<'a> {
 }
 
 impl<'a> Client<'a> {
+    /// A run of `opts.size`-byte messages at the places of `layout`.
     pub fn new(
         res: &'a Resources,
         opts: &'a Options,
+        layout: Layout,
         theirs: &QpRecord,
     ) -> Result<Client<'a>, ToolError> {
         let (places, landing) = match opts.test.verb() {
@@ -59,6 +65,7 @@ impl<'a> Client<'a> {
         Ok(Client {
             res,
             opts,
+            layout,
             theirs: *theirs,
             landing,
             places,
@@ -101,7 +108,7 @@ impl<'a> Client<'a> {
 
     /// Posts requests `first..first + count`, one doorbell for all.
     fn post(&self, first: u64, count: u64) -> Result<(), ToolError> {
-        let layout = &self.res.layout;
+        let layout = &self.layout;
         let size = self.opts.size;
         let sges: Vec<[Sge; 1]> = (first..first + count)
             .map(|n| match self.opts.test.verb() {
@@ -139,7 +146,7 @@ impl<'a> Client<'a> {
     }
 
     fn op(&self, n: u64) -> SendOp {
-        let remote_addr = self.theirs.vaddr + self.res.layout.place(n);
+        let remote_addr = self.theirs.vaddr + self.layout.place(n);
         let rkey = self.theirs.rkey;
         match self.opts.test.verb() {
             Verb::Write => SendOp::RdmaWrite { remote_addr, rkey },
@@ -151,7 +158,7 @@ impl<'a> Client<'a> {
 
     /// Checks what request `n` brought back.
     fn check(&mut self, n: u64) -> Result<(), ToolError> {
-        let place = self.res.layout.place(n);
+        let place = self.layout.place(n);
         let Some(landing) = &self.landing else {
             return Ok(());
         };
@@ -194,6 +201,58 @@ impl<'a> Client<'a> {
                 self.atomics.places()
             ),
         }
+    }
+}
+
+/// `-a`: a run of `-n` messages for every size from 2 bytes to [`MAX_SIZE`] in powers of two,
+/// each printed as it ends. perftest's client says nothing to the server between sizes.
+pub struct Sweep<'a> {
+    res: &'a Resources,
+    opts: &'a Options,
+    theirs: QpRecord,
+    verified: String,
+}
+
+impl<'a> Sweep<'a> {
+    pub fn new(res: &'a Resources, opts: &'a Options, theirs: &QpRecord) -> Sweep<'a> {
+        Sweep {
+            res,
+            opts,
+            theirs: *theirs,
+            verified: String::new(),
+        }
+    }
+
+    /// Each size's report, in the units the line was printed in.
+    pub fn run(&mut self, out: &mut dyn Write) -> Result<Vec<BwReport>, ToolError> {
+        report::bw_header(out, self.opts.report_gbits)?;
+        let mut reports = Vec::new();
+        let mut size = 2;
+        while size <= MAX_SIZE {
+            let opts = Options { size, ..*self.opts };
+            let layout = Layout {
+                size,
+                ..self.res.layout
+            };
+            let mut client = Client::new(self.res, &opts, layout, &self.theirs)?;
+            let mut report = client.run()?;
+            if opts.report_gbits {
+                report = report.in_gbits();
+            }
+            report::bw_line(out, &report)?;
+            reports.push(report);
+            self.verified = format!(
+                "{} sizes from 2 to {size} bytes, each checked as one run; the last: {}",
+                reports.len(),
+                client.verified()
+            );
+            size *= 2;
+        }
+        Ok(reports)
+    }
+
+    pub fn verified(&self) -> String {
+        self.verified.clone()
     }
 }
 

@@ -164,6 +164,8 @@ pub struct Options {
     pub qp_timeout: u8,
     /// `--report_gbits`: bandwidth in Gb/s rather than MB/s.
     pub report_gbits: bool,
+    /// `-a`: every size from 2 bytes to [`MAX_SIZE`] (`ib_write_bw` and `ib_read_bw`).
+    pub all_sizes: bool,
     pub limits: Limits,
 }
 
@@ -173,6 +175,8 @@ const CACHE_LINE: u32 = 64;
 /// Most messages a run takes: it keeps a timestamp or two per message (perftest itself stops
 /// at 10^8).
 const MAX_ITERS: u64 = 10_000_000;
+/// perftest's largest message, the size of the buffers of `-a`.
+pub const MAX_SIZE: u64 = 1 << 23;
 /// perftest computes no peak bandwidth past this many messages.
 const PEAK_LIMIT: u64 = 20_000;
 
@@ -197,12 +201,19 @@ impl Options {
             port: 18515,
             qp_timeout: 14,
             report_gbits: false,
+            all_sizes: false,
             limits: Limits::default(),
         }
     }
 
     fn check_against(&self, ctx: &Context) -> Result<(), ToolError> {
         let usage = |m: String| Err(ToolError::Usage(m));
+        if self.all_sizes && !matches!(self.test, Test::WriteBw | Test::ReadBw) {
+            return usage(format!(
+                "-a (every size) is supported for write_bw and read_bw, not {}",
+                self.test.program().trim_start_matches("ib_")
+            ));
+        }
         if self.test.verb() == Verb::Atomic && self.size != 8 {
             return usage(format!("atomics are 8 bytes, not {}", self.size));
         }
@@ -244,6 +255,8 @@ pub struct Outcome {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Measured {
     Bw(BwReport),
+    /// `-a`: one report per size.
+    Sweep(Vec<BwReport>),
     Lat(LatStats),
     /// A latency test's passive server measures nothing (perftest prints no result there).
     Nothing,
@@ -259,6 +272,10 @@ pub fn run(
 ) -> Result<Outcome, ToolError> {
     opts.check_against(ctx)?;
     let mut opts = *opts;
+    if opts.all_sizes {
+        // As perftest: buffers for the largest size; each run of the sweep sets its own.
+        opts.size = MAX_SIZE;
+    }
     if opts.test.is_bw() {
         // As perftest: no more outstanding than there are messages.
         opts.tx_depth = opts.tx_depth.min(opts.iters as u32);
@@ -282,7 +299,7 @@ pub fn run(
         session.round(&res.mine)?;
     }
     report::addresses(out, opts, &res.mine, &theirs)?;
-    let measured = match phase.run()? {
+    let measured = match phase.run(out)? {
         Measured::Bw(report) if opts.report_gbits => Measured::Bw(report.in_gbits()),
         measured => measured,
     };
@@ -311,6 +328,7 @@ fn finish(
         Test::WriteBw | Test::ReadBw | Test::AtomicBw => {
             let ours = match &measured {
                 Measured::Bw(report) => *report,
+                Measured::Sweep(reports) => reports.last().copied().unwrap_or_default(),
                 _ => BwReport::default(),
             };
             session.round(mine)?;
@@ -338,6 +356,7 @@ fn finish(
 /// The data phase of one side.
 enum Phase<'a> {
     BwClient(bw::Client<'a>),
+    Sweep(bw::Sweep<'a>),
     SendBwServer(bw::Receiver<'a>),
     WriteLat(lat::WriteLat<'a>),
     SendLat(lat::SendLat<'a>),
@@ -365,13 +384,15 @@ impl<'a> Phase<'a> {
             Test::ReadLat | Test::AtomicLat => {
                 Phase::OneSidedLat(lat::OneSidedLat::new(res, opts, theirs)?)
             }
-            _ => Phase::BwClient(bw::Client::new(res, opts, theirs)?),
+            _ if opts.all_sizes => Phase::Sweep(bw::Sweep::new(res, opts, theirs)),
+            _ => Phase::BwClient(bw::Client::new(res, opts, res.layout, theirs)?),
         })
     }
 
-    fn run(&mut self) -> Result<Measured, ToolError> {
+    fn run(&mut self, out: &mut dyn Write) -> Result<Measured, ToolError> {
         match self {
             Phase::BwClient(c) => c.run().map(Measured::Bw),
+            Phase::Sweep(s) => s.run(out).map(Measured::Sweep),
             Phase::SendBwServer(r) => r.run().map(Measured::Bw),
             Phase::WriteLat(l) => l.run().map(Measured::Lat),
             Phase::SendLat(l) => l.run().map(Measured::Lat),
@@ -384,6 +405,7 @@ impl<'a> Phase<'a> {
     fn verified(&self) -> Option<String> {
         match self {
             Phase::BwClient(c) => Some(c.verified()),
+            Phase::Sweep(s) => Some(s.verified()),
             Phase::SendBwServer(r) => Some(r.verified()),
             Phase::WriteLat(l) => Some(l.verified()),
             Phase::SendLat(l) => Some(l.verified()),

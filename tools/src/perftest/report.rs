@@ -204,21 +204,14 @@ fn alt_hex(value: u64, width: usize) -> String {
     }
 }
 
-/// The result table.
+/// The result table; a sweep's lines are printed as its sizes end, so only the rule is left.
 pub fn result(out: &mut dyn Write, measured: &Measured, gbits: bool) -> io::Result<()> {
     match measured {
         Measured::Bw(r) => {
-            let unit = if gbits { "Gb/sec" } else { "MB/sec" };
-            writeln!(
-                out,
-                " #bytes     #iterations    BW peak[{unit}]    BW average[{unit}]   MsgRate[Mpps]"
-            )?;
-            writeln!(
-                out,
-                " {:<7}    {:<10}       {:<7.2}            {:<7.2}\t\t   {:<7.6}",
-                r.size, r.iters, r.peak, r.average, r.msg_rate
-            )?;
+            bw_header(out, gbits)?;
+            bw_line(out, r)?;
         }
+        Measured::Sweep(_) => {}
         Measured::Lat(l) => {
             writeln!(
                 out,
@@ -233,6 +226,24 @@ pub fn result(out: &mut dyn Write, measured: &Measured, gbits: bool) -> io::Resu
         Measured::Nothing => {}
     }
     writeln!(out, "{RULE}")
+}
+
+/// The heading of the bandwidth table.
+pub fn bw_header(out: &mut dyn Write, gbits: bool) -> io::Result<()> {
+    let unit = if gbits { "Gb/sec" } else { "MB/sec" };
+    writeln!(
+        out,
+        " #bytes     #iterations    BW peak[{unit}]    BW average[{unit}]   MsgRate[Mpps]"
+    )
+}
+
+/// One line of the bandwidth table.
+pub fn bw_line(out: &mut dyn Write, r: &BwReport) -> io::Result<()> {
+    writeln!(
+        out,
+        " {:<7}    {:<10}       {:<7.2}            {:<7.2}\t\t   {:<7.6}",
+        r.size, r.iters, r.peak, r.average, r.msg_rate
+    )
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ use roce_nic::counters::Snapshot;
 use super::layout::Layout;
 use super::messages::QpRecord;
 use super::resources::Resources;
-use super::{AtomicOp, Options, Test, Verb, ATOMIC_ADD};
+use super::{AtomicOp, Options, Test, Verb, ATOMIC_ADD, MAX_SIZE};
 use crate::ToolError;
 
 /// What fills memory that the peer is to overwrite, or a landing place before its data comes.
@@ -110,7 +110,18 @@ pub fn passive_server(
     let now = res
         .area
         .read(peer, (layout.buffer_len() - layout.peer_half()) as usize);
-    let bytes = opts.iters * opts.size;
+    // What the client moves: `-n` messages of `-s` bytes, or of every size of `-a`'s sweep.
+    let (bytes, messages) = if opts.all_sizes {
+        (
+            opts.iters * (2 * MAX_SIZE - 2),
+            format!("{} of each size from 2 to {MAX_SIZE} bytes", opts.iters),
+        )
+    } else {
+        (
+            opts.iters * opts.size,
+            format!("{} of {} bytes", opts.iters, opts.size),
+        )
+    };
     let program = opts.test.program();
     let fail = |m: String| Err(ToolError::Data(m));
     match opts.test.verb() {
@@ -135,8 +146,8 @@ pub fn passive_server(
                 ));
             }
             Ok(format!(
-                "the {used} place(s) {program} writes hold new bytes ({} of {total} differ from our fill), and the NIC wrote {} bytes for the {} WRITEs of {} bytes from QP {:#x}",
-                total - still, delta.dma_write_bytes, opts.iters, opts.size, theirs.qpn
+                "the {used} place(s) {program} writes hold new bytes ({} of {total} differ from our fill), and the NIC wrote {} bytes for the WRITEs ({messages}) from QP {:#x}",
+                total - still, delta.dma_write_bytes, theirs.qpn
             ))
         }
         Verb::Read | Verb::Atomic => {
@@ -155,8 +166,8 @@ pub fn passive_server(
                     ));
                 }
                 return Ok(format!(
-                    "our memory is unchanged and the NIC read {} bytes for the {} READs of {} bytes",
-                    delta.dma_read_bytes, opts.iters, opts.size
+                    "our memory is unchanged and the NIC read {} bytes for the READs ({messages})",
+                    delta.dma_read_bytes
                 ));
             }
             if delta.atomics_executed < opts.iters {
