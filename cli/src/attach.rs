@@ -32,6 +32,9 @@ pub struct NicArgs {
     /// Record every frame that NIC sends and receives to this pcap file.
     #[arg(long, value_name = "FILE", requires = "link")]
     pcap: Option<PathBuf>,
+    /// That NIC's line rate in bits per second (e.g. 200M): no faster than a slow peer takes.
+    #[arg(long, value_name = "BITS", requires = "link")]
+    rate: Option<String>,
     /// Inject faults on that NIC's link, e.g. drop=0.02,reorder=0.02,seed=7.
     #[arg(long, value_name = "SPEC", requires = "link")]
     faults: Option<String>,
@@ -66,8 +69,9 @@ impl NicArgs {
             rxe_compat: self.rxe_compat,
         })?;
         let spec = device::parse_link(link)?;
+        let rate = device::parse_rate(self.rate.as_deref())?;
         let faults = device::parse_faults(self.faults.as_deref())?;
-        let (link, _) = device::open(&spec, link, faults, self.pcap.as_deref())?;
+        let (link, _) = device::open(&spec, link, rate, faults, self.pcap.as_deref())?;
         let device = Device::start(config, link)
             .map_err(|e| Failure::new(format!("cannot start the NIC: {e}")))?;
         let ctx = device

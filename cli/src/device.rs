@@ -9,6 +9,7 @@ use std::path::Path;
 use roce_nic::link::cable::{CableAddrs, CableLink};
 use roce_nic::link::faults::{FaultSpec, Faulty};
 use roce_nic::link::iface::IfaceLink;
+use roce_nic::link::paced::{Paced, Rate};
 use roce_nic::link::pcap::{PcapSink, PcapTee};
 use roce_nic::link::Link;
 use roce_nic::DeviceConfig;
@@ -116,16 +117,29 @@ pub fn parse_faults(text: Option<&str>) -> Result<Option<FaultSpec>, Failure> {
     .transpose()
 }
 
-/// Opens the link `text` (as parsed into `spec`), with `faults` injected on it and every frame
-/// that crosses it recorded to `pcap`; also returns the link's description (without the
-/// capture).
+/// Reads `--rate BITS`.
+pub fn parse_rate(text: Option<&str>) -> Result<Option<Rate>, Failure> {
+    text.map(|text| {
+        text.parse::<Rate>()
+            .map_err(|e| Failure::usage(format!("--rate: {e}")))
+    })
+    .transpose()
+}
+
+/// Opens the link `text` (as parsed into `spec`), sending no faster than `rate`, with `faults`
+/// injected on it and every frame that crosses it recorded to `pcap`; also returns the link's
+/// description (without the capture).
 pub fn open(
     spec: &LinkSpec,
     text: &str,
+    rate: Option<Rate>,
     faults: Option<FaultSpec>,
     pcap: Option<&Path>,
 ) -> Result<(Box<dyn Link>, String), Failure> {
     let mut link = open_link(spec, text)?;
+    if let Some(rate) = rate {
+        link = Box::new(Paced::new(link, rate));
+    }
     if let Some(faults) = faults {
         link = Box::new(Faulty::new(link, faults));
     }

@@ -35,6 +35,10 @@ pub struct Args {
     /// Record every frame sent and received to this pcap file.
     #[arg(long, value_name = "FILE")]
     pcap: Option<PathBuf>,
+    /// Line rate in bits per second (K, M, G), e.g. 200M. Over a cable nothing else limits how
+    /// fast frames leave; a slower peer (a QEMU guest) would lose bursts.
+    #[arg(long, value_name = "BITS")]
+    rate: Option<String>,
     /// Inject faults on the link, e.g. drop=0.01,dup=0.01,reorder=0.05,corrupt=0.01,delay=2ms,
     /// seed=7 (probabilities per frame and direction).
     #[arg(long, value_name = "SPEC")]
@@ -66,10 +70,11 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         prefix: args.name.clone(),
     };
     let spec = device::parse_link(&args.link)?;
+    let rate = device::parse_rate(args.rate.as_deref())?;
     let faults = device::parse_faults(args.faults.as_deref())?;
     let path = host::socket_path(&config.name);
     let claim = Server::claim(&config.name, &path).map_err(|e| Failure::new(e.to_string()))?;
-    let (link, describe) = device::open(&spec, &args.link, faults, args.pcap.as_deref())?;
+    let (link, describe) = device::open(&spec, &args.link, rate, faults, args.pcap.as_deref())?;
     let (name, mac, ip) = (config.name.clone(), config.mac, config.ips[0]);
     let device = Device::start(config, link)
         .map_err(|e| Failure::new(format!("cannot start the NIC {name}: {e}")))?;

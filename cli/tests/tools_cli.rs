@@ -157,6 +157,16 @@ fn tool_failures_are_one_clear_line() {
         "perftest runs 5 to 10000000 iterations here, not 3",
     );
     assert_fails(
+        &with_own(&["perftest", "send_bw", "-a"]),
+        2,
+        "-a (every size) is supported for write_bw and read_bw, not send_bw",
+    );
+    assert_fails(
+        &with_own(&["pingpong", "rc", "--rate", "fast"]),
+        2,
+        "--rate: \"fast\" is not a line rate: give bits per second of at least 8K, such as 200M or 1G",
+    );
+    assert_fails(
         &with_own(&["pingpong", "rc", "--timeout", "1"]),
         1,
         "no client connected to TCP port 18515 within 1 s",

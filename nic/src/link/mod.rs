@@ -6,6 +6,7 @@ pub mod cable;
 pub mod faults;
 pub mod iface;
 pub mod mem;
+pub mod paced;
 pub mod pcap;
 
 use std::io;
