@@ -157,9 +157,9 @@ fn tool_failures_are_one_clear_line() {
         "perftest runs 5 to 10000000 iterations here, not 3",
     );
     assert_fails(
-        &with_own(&["perftest", "send_bw", "-a"]),
+        &with_own(&["perftest", "atomic_lat", "-a"]),
         2,
-        "-a (every size) is supported for write_bw and read_bw, not send_bw",
+        "-a (every size) does not apply to atomics, which are 8 bytes",
     );
     assert_fails(
         &with_own(&["pingpong", "rc", "--rate", "fast"]),

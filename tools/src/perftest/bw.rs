@@ -4,7 +4,6 @@
 //!
 //! [`Layout::place`]: super::layout::Layout::place
 
-use std::io::Write;
 use std::time::Instant;
 
 use roce_nic::verbs::{SendFlags, SendOp, SendWr, Sge, Wc};
@@ -14,7 +13,7 @@ use super::messages::{BwReport, QpRecord};
 use super::receives::Receives;
 use super::resources::Resources;
 use super::verify::{AtomicCheck, ReadCheck, SendCheck, FILL};
-use super::{report, AtomicOp, Options, Verb, MAX_SIZE};
+use super::{AtomicOp, Options, Verb};
 use crate::memory::{completions, Buffer};
 use crate::ToolError;
 
@@ -204,58 +203,6 @@ impl<'a> Client<'a> {
     }
 }
 
-/// `-a`: a run of `-n` messages for every size from 2 bytes to [`MAX_SIZE`] in powers of two,
-/// each printed as it ends. perftest's client says nothing to the server between sizes.
-pub struct Sweep<'a> {
-    res: &'a Resources,
-    opts: &'a Options,
-    theirs: QpRecord,
-    verified: String,
-}
-
-impl<'a> Sweep<'a> {
-    pub fn new(res: &'a Resources, opts: &'a Options, theirs: &QpRecord) -> Sweep<'a> {
-        Sweep {
-            res,
-            opts,
-            theirs: *theirs,
-            verified: String::new(),
-        }
-    }
-
-    /// Each size's report, in the units the line was printed in.
-    pub fn run(&mut self, out: &mut dyn Write) -> Result<Vec<BwReport>, ToolError> {
-        report::bw_header(out, self.opts.report_gbits)?;
-        let mut reports = Vec::new();
-        let mut size = 2;
-        while size <= MAX_SIZE {
-            let opts = Options { size, ..*self.opts };
-            let layout = Layout {
-                size,
-                ..self.res.layout
-            };
-            let mut client = Client::new(self.res, &opts, layout, &self.theirs)?;
-            let mut report = client.run()?;
-            if opts.report_gbits {
-                report = report.in_gbits();
-            }
-            report::bw_line(out, &report)?;
-            reports.push(report);
-            self.verified = format!(
-                "{} sizes from 2 to {size} bytes, each checked as one run; the last: {}",
-                reports.len(),
-                client.verified()
-            );
-            size *= 2;
-        }
-        Ok(reports)
-    }
-
-    pub fn verified(&self) -> String {
-        self.verified.clone()
-    }
-}
-
 /// The receiving side of `ib_send_bw`.
 pub struct Receiver<'a> {
     res: &'a Resources,
@@ -265,17 +212,19 @@ pub struct Receiver<'a> {
 }
 
 impl<'a> Receiver<'a> {
-    /// Posts the receives (before the last round, after which the client sends).
+    /// Posts the receives (before the last round, after which the client sends); the sender
+    /// takes the places of `layout` in turn.
     pub fn new(
         res: &'a Resources,
         opts: &'a Options,
+        layout: Layout,
         receives: u32,
     ) -> Result<Receiver<'a>, ToolError> {
         Ok(Receiver {
             res,
             opts,
             receives: Receives::post_first(res, opts, receives)?,
-            check: SendCheck::new(opts.size as usize, res.layout.places()),
+            check: SendCheck::new(opts.size as usize, layout.places()),
         })
     }
 

@@ -21,6 +21,7 @@ mod receives;
 mod report;
 mod resources;
 mod session;
+mod sweep;
 mod verify;
 
 use std::io::Write;
@@ -29,6 +30,7 @@ use roce_nic::verbs::{Context, Mtu, SendOp};
 
 use crate::oob::{Channel, Limits, Role};
 use crate::ToolError;
+use layout::Layout;
 pub use messages::BwReport;
 pub use report::LatStats;
 
@@ -164,7 +166,7 @@ pub struct Options {
     pub qp_timeout: u8,
     /// `--report_gbits`: bandwidth in Gb/s rather than MB/s.
     pub report_gbits: bool,
-    /// `-a`: every size from 2 bytes to [`MAX_SIZE`] (`ib_write_bw` and `ib_read_bw`).
+    /// `-a`: every size from 2 bytes to [`MAX_SIZE`] (not the atomic tests).
     pub all_sizes: bool,
     pub limits: Limits,
 }
@@ -208,11 +210,9 @@ impl Options {
 
     fn check_against(&self, ctx: &Context) -> Result<(), ToolError> {
         let usage = |m: String| Err(ToolError::Usage(m));
-        if self.all_sizes && !matches!(self.test, Test::WriteBw | Test::ReadBw) {
-            return usage(format!(
-                "-a (every size) is supported for write_bw and read_bw, not {}",
-                self.test.program().trim_start_matches("ib_")
-            ));
+        if self.all_sizes && self.test.verb() == Verb::Atomic {
+            // perftest refuses it too: atomics are 8 bytes.
+            return usage("-a (every size) does not apply to atomics, which are 8 bytes".into());
         }
         if self.test.verb() == Verb::Atomic && self.size != 8 {
             return usage(format!("atomics are 8 bytes, not {}", self.size));
@@ -255,8 +255,8 @@ pub struct Outcome {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Measured {
     Bw(BwReport),
-    /// `-a`: one report per size.
-    Sweep(Vec<BwReport>),
+    /// `-a`: what each size measured, smallest first.
+    Sweep(Vec<Measured>),
     Lat(LatStats),
     /// A latency test's passive server measures nothing (perftest prints no result there).
     Nothing,
@@ -294,23 +294,39 @@ pub fn run(
     let theirs = session.round(&res.mine)?;
     res.connect(&theirs, session.mtu(), opts, role)?;
     let before = ctx.counters()?;
-    let mut phase = Phase::new(&res, opts, role, &theirs, receives)?;
-    for _ in 1..opts.test.rounds_before_run() {
-        session.round(&res.mine)?;
-    }
-    report::addresses(out, opts, &res.mine, &theirs)?;
-    let measured = match phase.run(out)? {
-        Measured::Bw(report) if opts.report_gbits => Measured::Bw(report.in_gbits()),
-        measured => measured,
+    let (measured, checked) = if opts.all_sizes {
+        let (sends, before_sweep) = sweep::rounds(opts.test);
+        for _ in 1..before_sweep {
+            session.round(&res.mine)?;
+        }
+        report::addresses(out, opts, &res.mine, &theirs)?;
+        let mut sizes = sweep::Sweep::new(&res, opts, role, &theirs, receives, sends);
+        (sizes.run(&mut session, out)?, sizes.verified())
+    } else {
+        let mut phase = Phase::new(&res, opts, res.layout, role, &theirs, receives)?;
+        for _ in 1..opts.test.rounds_before_run() {
+            session.round(&res.mine)?;
+        }
+        report::addresses(out, opts, &res.mine, &theirs)?;
+        let measured = in_units(phase.run()?, opts);
+        (measured, phase.verified())
     };
     let result = finish(session, &res.mine, opts, role, measured)?;
-    let verified = match phase.verified() {
+    let verified = match checked {
         Some(v) => v,
         None => verify::passive_server(&res, opts, &theirs, &ctx.counters()?.since(&before))?,
     };
     report::result(out, &result, opts.report_gbits)?;
     writeln!(out, "verified: {verified}")?;
     Ok(Outcome { result, verified })
+}
+
+/// A bandwidth report in the units asked for (`--report_gbits`).
+fn in_units(measured: Measured, opts: &Options) -> Measured {
+    match measured {
+        Measured::Bw(report) if opts.report_gbits => Measured::Bw(report.in_gbits()),
+        measured => measured,
+    }
 }
 
 /// What follows the data phase over TCP, as each test has it: a bandwidth test of a one-sided
@@ -328,7 +344,10 @@ fn finish(
         Test::WriteBw | Test::ReadBw | Test::AtomicBw => {
             let ours = match &measured {
                 Measured::Bw(report) => *report,
-                Measured::Sweep(reports) => reports.last().copied().unwrap_or_default(),
+                Measured::Sweep(sizes) => match sizes.last() {
+                    Some(Measured::Bw(report)) => *report,
+                    _ => BwReport::default(),
+                },
                 _ => BwReport::default(),
             };
             session.round(mine)?;
@@ -356,7 +375,6 @@ fn finish(
 /// The data phase of one side.
 enum Phase<'a> {
     BwClient(bw::Client<'a>),
-    Sweep(bw::Sweep<'a>),
     SendBwServer(bw::Receiver<'a>),
     WriteLat(lat::WriteLat<'a>),
     SendLat(lat::SendLat<'a>),
@@ -371,6 +389,7 @@ impl<'a> Phase<'a> {
     fn new(
         res: &'a resources::Resources,
         opts: &'a Options,
+        layout: Layout,
         role: Role,
         theirs: &messages::QpRecord,
         receives: u32,
@@ -379,20 +398,20 @@ impl<'a> Phase<'a> {
         Ok(match opts.test {
             Test::WriteLat => Phase::WriteLat(lat::WriteLat::new(res, opts, theirs, server)),
             Test::SendLat => Phase::SendLat(lat::SendLat::new(res, opts, server, receives)?),
-            Test::SendBw if server => Phase::SendBwServer(bw::Receiver::new(res, opts, receives)?),
+            Test::SendBw if server => {
+                Phase::SendBwServer(bw::Receiver::new(res, opts, layout, receives)?)
+            }
             _ if server && opts.test.server_passive() => Phase::Passive,
             Test::ReadLat | Test::AtomicLat => {
                 Phase::OneSidedLat(lat::OneSidedLat::new(res, opts, theirs)?)
             }
-            _ if opts.all_sizes => Phase::Sweep(bw::Sweep::new(res, opts, theirs)),
-            _ => Phase::BwClient(bw::Client::new(res, opts, res.layout, theirs)?),
+            _ => Phase::BwClient(bw::Client::new(res, opts, layout, theirs)?),
         })
     }
 
-    fn run(&mut self, out: &mut dyn Write) -> Result<Measured, ToolError> {
+    fn run(&mut self) -> Result<Measured, ToolError> {
         match self {
             Phase::BwClient(c) => c.run().map(Measured::Bw),
-            Phase::Sweep(s) => s.run(out).map(Measured::Sweep),
             Phase::SendBwServer(r) => r.run().map(Measured::Bw),
             Phase::WriteLat(l) => l.run().map(Measured::Lat),
             Phase::SendLat(l) => l.run().map(Measured::Lat),
@@ -405,7 +424,6 @@ impl<'a> Phase<'a> {
     fn verified(&self) -> Option<String> {
         match self {
             Phase::BwClient(c) => Some(c.verified()),
-            Phase::Sweep(s) => Some(s.verified()),
             Phase::SendBwServer(r) => Some(r.verified()),
             Phase::WriteLat(l) => Some(l.verified()),
             Phase::SendLat(l) => Some(l.verified()),

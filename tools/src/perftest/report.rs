@@ -213,15 +213,8 @@ pub fn result(out: &mut dyn Write, measured: &Measured, gbits: bool) -> io::Resu
         }
         Measured::Sweep(_) => {}
         Measured::Lat(l) => {
-            writeln!(
-                out,
-                " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] "
-            )?;
-            writeln!(
-                out,
-                " {:<7} {}          {:<7.2}        {:<7.2}      {:<7.2}  \t       {:<7.2}     \t{:<7.2}\t\t{:<7.2} \t\t{:<7.2}",
-                l.size, l.iters, l.min, l.max, l.typical, l.average, l.stdev, l.p99, l.p99_9
-            )?;
+            lat_header(out)?;
+            lat_line(out, l)?;
         }
         Measured::Nothing => {}
     }
@@ -234,6 +227,23 @@ pub fn bw_header(out: &mut dyn Write, gbits: bool) -> io::Result<()> {
     writeln!(
         out,
         " #bytes     #iterations    BW peak[{unit}]    BW average[{unit}]   MsgRate[Mpps]"
+    )
+}
+
+/// The heading of the latency table.
+pub fn lat_header(out: &mut dyn Write) -> io::Result<()> {
+    writeln!(
+        out,
+        " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] "
+    )
+}
+
+/// One line of the latency table.
+pub fn lat_line(out: &mut dyn Write, l: &LatStats) -> io::Result<()> {
+    writeln!(
+        out,
+        " {:<7} {}          {:<7.2}        {:<7.2}      {:<7.2}  \t       {:<7.2}     \t{:<7.2}\t\t{:<7.2} \t\t{:<7.2}",
+        l.size, l.iters, l.min, l.max, l.typical, l.average, l.stdev, l.p99, l.p99_9
     )
 }
 
