@@ -3,13 +3,34 @@
 //! which lives exactly as long as the tool runs.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use roce_nic::verbs::Context;
 use roce_nic::Device;
-use roce_tools::ToolError;
+use roce_tools::{Limits, ToolError};
 
 use crate::device::{self, DeviceWords};
 use crate::Failure;
+
+/// How long the tools wait, as flags.
+#[derive(clap::Args)]
+pub struct LimitArgs {
+    /// Seconds any one step may wait (the client, a message, a completion).
+    #[arg(long, default_value_t = 60, value_name = "SECONDS")]
+    timeout: u64,
+    /// Seconds a client keeps trying while the server is not listening yet.
+    #[arg(long, default_value_t = 0, value_name = "SECONDS")]
+    connect_retry: u64,
+}
+
+impl LimitArgs {
+    pub fn limits(&self) -> Limits {
+        Limits {
+            step: Duration::from_secs(self.timeout),
+            connect_retry: Duration::from_secs(self.connect_retry),
+        }
+    }
+}
 
 #[derive(clap::Args)]
 pub struct NicArgs {

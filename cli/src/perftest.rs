@@ -3,13 +3,12 @@
 
 use std::net::IpAddr;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use roce_nic::verbs::Mtu;
 use roce_tools::perftest::{self, AtomicOp, Options, Test};
-use roce_tools::{Limits, Role};
+use roce_tools::Role;
 
-use crate::attach::{failure, NicArgs};
+use crate::attach::{failure, LimitArgs, NicArgs};
 use crate::Failure;
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -85,12 +84,8 @@ pub struct Args {
     /// Bandwidth in Gb/s rather than MB/s.
     #[arg(long = "report_gbits", alias = "report-gbits")]
     report_gbits: bool,
-    /// Seconds any one step may wait (the client, a message, a completion).
-    #[arg(long, default_value_t = 60, value_name = "SECONDS")]
-    timeout: u64,
-    /// Seconds a client keeps trying while the server is not listening yet.
-    #[arg(long, default_value_t = 0, value_name = "SECONDS")]
-    connect_retry: u64,
+    #[command(flatten)]
+    limits: LimitArgs,
     #[command(flatten)]
     nic: NicArgs,
 }
@@ -132,10 +127,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         qp_timeout: args.qp_timeout,
         report_gbits: args.report_gbits,
         all_sizes: args.all,
-        limits: Limits {
-            step: Duration::from_secs(args.timeout),
-            connect_retry: Duration::from_secs(args.connect_retry),
-        },
+        limits: args.limits.limits(),
         ..defaults
     };
     let role = args.server.map_or(Role::Server, Role::Client);

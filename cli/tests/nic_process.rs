@@ -9,40 +9,27 @@ use std::time::{Duration, Instant};
 
 use roce_hostmem::{Access, Region};
 use roce_nic::host::SocketBackend;
+use roce_nic::testbed::{host_on, Host};
 use roce_nic::verbs::*;
 use support::*;
 
 /// Host A: a context on NIC `nic` through its socket, with a QP and a registered region.
-struct Initiator {
-    ctx: Context,
-    cq: CompletionQueue,
-    qp: QueuePair,
-    region: Arc<Region>,
-    mr: MemoryRegion,
-    _pd: ProtectionDomain,
+struct Initiator(Host);
+
+impl std::ops::Deref for Initiator {
+    type Target = Host;
+
+    fn deref(&self) -> &Host {
+        &self.0
+    }
 }
 
 impl Initiator {
     fn open(env: &Env, nic: &str, region: &str) -> Initiator {
         let backend = SocketBackend::connect_at(nic, &env.socket(nic)).unwrap();
         let ctx = Context::open(backend).unwrap();
-        let pd = ctx.alloc_pd().unwrap();
-        let cq = ctx.create_cq(64).unwrap();
-        let qp = pd
-            .create_qp(QpType::Rc, &cq, &cq, QpCap::default())
-            .unwrap();
         let region = Arc::new(Region::create(region, 4 << 20).unwrap());
-        let mr = pd
-            .register(&region, 0, region.len(), Access::LOCAL_WRITE)
-            .unwrap();
-        Initiator {
-            ctx,
-            cq,
-            qp,
-            region,
-            mr,
-            _pd: pd,
-        }
+        Initiator(host_on(ctx, QpType::Rc, region, QpCap::default()).unwrap())
     }
 
     /// `LID:QPN:PSN:GID` of this QP, starting at PSN `psn`.

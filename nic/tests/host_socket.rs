@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{all_access, ip, pattern};
+use common::{all_access, host_on, ip, pattern, Host};
 use roce_hostmem::Region;
 use roce_nic::host::{Server, ServerError, SocketBackend};
 use roce_nic::link::mem;
@@ -73,31 +73,10 @@ fn connect(nic: &(Device, Server)) -> Context {
     Context::open(backend).unwrap()
 }
 
-struct Host {
-    ctx: Context,
-    cq: CompletionQueue,
-    qp: QueuePair,
-    region: Arc<Region>,
-    mr: MemoryRegion,
-    _pd: ProtectionDomain,
-}
-
+/// A host through its context `ctx`, with a named region other processes can map.
 fn host(ctx: Context, region: &str) -> Host {
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(64).unwrap();
-    let qp = pd
-        .create_qp(QpType::Rc, &cq, &cq, QpCap::default())
-        .unwrap();
     let region = Arc::new(Region::create(region, 1 << 20).unwrap());
-    let mr = pd.register(&region, 0, region.len(), all_access()).unwrap();
-    Host {
-        ctx,
-        cq,
-        qp,
-        region,
-        mr,
-        _pd: pd,
-    }
+    host_on(ctx, QpType::Rc, region, QpCap::default()).unwrap()
 }
 
 fn connect_qps(a: &Host, b: &Host) {

@@ -116,11 +116,21 @@ pub fn host(
     region_size: usize,
     cap: QpCap,
 ) -> Result<Host, VerbsError> {
-    let ctx = dev.open()?;
+    let region = Arc::new(Region::anonymous(region_size)?);
+    host_on(dev.open()?, qp_type, region, cap)
+}
+
+/// A host with context `ctx` (on a device in this process, or through a NIC's socket): a PD,
+/// a CQ, a QP of `qp_type` and `region` registered with every access.
+pub fn host_on(
+    ctx: Context,
+    qp_type: QpType,
+    region: Arc<Region>,
+    cap: QpCap,
+) -> Result<Host, VerbsError> {
     let pd = ctx.alloc_pd()?;
     let cq = ctx.create_cq(4096)?;
     let qp = pd.create_qp(qp_type, &cq, &cq, cap)?;
-    let region = Arc::new(Region::anonymous(region_size)?);
     let mr = pd.register(&region, 0, region.len(), all_access())?;
     Ok(Host {
         ctx,
