@@ -68,7 +68,7 @@ impl Env {
             nic.ip.clone(),
             "--link".into(),
             nic.link.clone(),
-            "--mtu".into(),
+            "--link-mtu".into(),
             nic.mtu.to_string(),
         ];
         for n in &nic.neighbours {
