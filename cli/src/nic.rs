@@ -42,6 +42,10 @@ pub struct Args {
     /// 1024. (`--mtu` is the path MTU wherever roce takes one.)
     #[arg(long, default_value_t = 4200, value_name = "BYTES")]
     link_mtu: u32,
+    /// What this NIC's --mtu was before --mtu meant the path MTU everywhere: refused, with the
+    /// right name.
+    #[arg(long, hide = true)]
+    mtu: Option<String>,
     /// The wire: `cable:LOCAL_UDP_ADDR,REMOTE_UDP_ADDR` (one Ethernet frame per datagram, as
     /// QEMU's -netdev dgram) or `iface:IFNAME` (a raw Ethernet interface).
     #[arg(long)]
@@ -70,6 +74,12 @@ pub struct Args {
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
     // Before any thread starts, so that every thread inherits the blocked mask.
     let shutdown = Shutdown::block();
+    if args.mtu.is_some() {
+        return Err(Failure::usage(
+            "the NIC's MTU is --link-mtu, the largest IP packet on its link (--mtu is the path \
+             MTU, which the NIC derives from it)",
+        ));
+    }
     host::check_name(&args.name).map_err(|e| Failure::usage(e.to_string()))?;
     let mut config = device::config(&DeviceWords {
         name: &args.name,

@@ -259,6 +259,11 @@ impl Proc {
         }
     }
 
+    /// The stdout lines read so far by [`Proc::expect`].
+    pub fn seen(&self) -> &[String] {
+        &self.seen
+    }
+
     /// The lines printed from now until the process exits.
     pub fn drain_stdout(&mut self) -> String {
         let mut out = String::new();
