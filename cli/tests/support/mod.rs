@@ -259,7 +259,14 @@ impl Proc {
         }
     }
 
-    /// The stdout lines read so far by [`Proc::expect`].
+    /// The next stdout line within `timeout`, if one came (it is kept in [`Proc::seen`]).
+    pub fn try_line(&mut self, timeout: Duration) -> Option<String> {
+        let line = self.lines.recv_timeout(timeout).ok()?;
+        self.seen.push(line.clone());
+        Some(line)
+    }
+
+    /// The stdout lines read so far by [`Proc::expect`] and [`Proc::try_line`].
     pub fn seen(&self) -> &[String] {
         &self.seen
     }
