@@ -94,7 +94,9 @@ fn assert_clean(what: &str, reader: Reader, ended: &Ended) {
         assert!(!stderr.contains("panicked"), "{what}: {stderr}");
         if code != Some(0) {
             assert!(
-                stderr.lines().all(|l| l.starts_with("roce: ") || l.starts_with("give the line")),
+                stderr
+                    .lines()
+                    .all(|l| l.starts_with("roce: ") || l.starts_with("give the line")),
                 "{what} ({reader:?}): not a clean error: {stderr}"
             );
         }
@@ -148,19 +150,34 @@ fn every_subcommand_ends_cleanly_when_its_reader_goes_away() {
     }
     covered.push("demo");
     both_readers(&env, "demo", &["demo", "--in-process"], nothing);
-    both_readers(&env, "demo --json", &["demo", "--json", "--in-process"], nothing);
+    both_readers(
+        &env,
+        "demo --json",
+        &["demo", "--json", "--in-process"],
+        nothing,
+    );
     both_readers(&env, "demo --quiet", &["demo", "--quiet"], nothing);
 
     covered.push("mem");
-    both_readers(&env, "mem create", &["mem", "create", &region.0, "64K"], nothing);
+    both_readers(
+        &env,
+        "mem create",
+        &["mem", "create", &region.0, "64K"],
+        nothing,
+    );
     let _ = roce_hostmem::Region::remove(&region.0);
-    assert!(env.run(&["mem", "create", &region.0, "64K"]).status.success());
+    assert!(env
+        .run(&["mem", "create", &region.0, "64K"])
+        .status
+        .success());
     roce_hostmem::Region::attach(&region.0)
         .unwrap()
         .write(0, &[7; 4096])
         .unwrap();
     both_readers(&env, "mem dump", &["mem", "dump", &region.0], nothing);
-    both_readers(&env, "mem watch",
+    both_readers(
+        &env,
+        "mem watch",
         &["mem", "watch", &region.0, "--duration", "30"],
         term,
     );
@@ -170,8 +187,18 @@ fn every_subcommand_ends_cleanly_when_its_reader_goes_away() {
     let c_name = env.name("c");
     let cable = format!("cable:127.0.0.1:{},127.0.0.1:9", free_udp_port());
     let socket = env.socket(&c_name);
-    both_readers(&env, "nic",
-        &["nic", "--name", &c_name, "--ip", "10.79.0.3", "--link", &cable],
+    both_readers(
+        &env,
+        "nic",
+        &[
+            "nic",
+            "--name",
+            &c_name,
+            "--ip",
+            "10.79.0.3",
+            "--link",
+            &cable,
+        ],
         |pid| {
             // It runs on with nobody reading, until it is told to stop.
             eventually("the NIC's socket", || socket.exists());
@@ -182,39 +209,60 @@ fn every_subcommand_ends_cleanly_when_its_reader_goes_away() {
     );
 
     covered.push("host");
-    both_readers(&env, "host info", &["host", "info", "--nic", &a.name, "--counters"], nothing);
-    both_readers(&env, "host info --json",
+    both_readers(
+        &env,
+        "host info",
+        &["host", "info", "--nic", &a.name, "--counters"],
+        nothing,
+    );
+    both_readers(
+        &env,
+        "host info --json",
         &["host", "info", "--nic", &a.name, "--json"],
         nothing,
     );
     let served = RegionName(env.name("s"));
-    both_readers(&env, "host serve",
-        &["host", "serve", "--nic", &b.name, "--region", &served.0, "--size", "64K"],
+    both_readers(
+        &env,
+        "host serve",
+        &[
+            "host", "serve", "--nic", &b.name, "--region", &served.0, "--size", "64K",
+        ],
         |pid| {
             eventually("the served region", || shm_exists(&served.0));
             std::thread::sleep(Duration::from_millis(200));
             term(pid);
         },
     );
-    both_readers(&env, "host post",
+    both_readers(
+        &env,
+        "host post",
         &[
-            "host", "post", "--nic", &a.name, "--peer", peer, "--write", "--data", "x",
-            "--rkey", "1", "--va", "0",
+            "host", "post", "--nic", &a.name, "--peer", peer, "--write", "--data", "x", "--rkey",
+            "1", "--va", "0",
         ],
         nothing,
     );
-    both_readers(&env, "host connect",
-        &["host", "connect", "--nic", &a.name, "--peer", peer, "--rkey", "1"],
+    both_readers(
+        &env,
+        "host connect",
+        &[
+            "host", "connect", "--nic", &a.name, "--peer", peer, "--rkey", "1",
+        ],
         nothing,
     );
 
     covered.push("pingpong");
-    both_readers(&env, "pingpong",
+    both_readers(
+        &env,
+        "pingpong",
         &["pingpong", "rc", "--nic", &a.name, "--timeout", "1"],
         nothing,
     );
     covered.push("perftest");
-    both_readers(&env, "perftest",
+    both_readers(
+        &env,
+        "perftest",
         &["perftest", "write_bw", "--nic", &a.name, "--timeout", "1"],
         nothing,
     );
