@@ -8,22 +8,9 @@ use support::*;
 
 /// Every command path `roce --help` leads to: `["bench"]`, `["host", "serve"]`, ...
 fn command_paths(env: &Env) -> Vec<Vec<String>> {
-    let listed = |path: &[String]| -> Vec<String> {
-        let mut args: Vec<&str> = path.iter().map(String::as_str).collect();
-        args.push("--help");
-        env.run(&args)
-            .stdout
-            .lines()
-            .skip_while(|l| !l.starts_with("Commands:"))
-            .skip(1)
-            .take_while(|l| l.starts_with("  "))
-            .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
-            .filter(|c| c != "help")
-            .collect()
-    };
     let mut paths = Vec::new();
-    for top in listed(&[]) {
-        let subs = listed(std::slice::from_ref(&top));
+    for top in env.subcommands(&[]) {
+        let subs = env.subcommands(&[top.as_str()]);
         if subs.is_empty() {
             paths.push(vec![top]);
         } else {

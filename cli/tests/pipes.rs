@@ -116,20 +116,6 @@ fn term(pid: u32) {
     unsafe { libc::kill(pid as i32, libc::SIGTERM) };
 }
 
-/// The subcommands `roce help` lists, with those of `roce host` and `roce mem`.
-fn listed(env: &Env, path: &[&str]) -> Vec<String> {
-    let mut args = path.to_vec();
-    args.push("--help");
-    let help = env.run(&args).stdout;
-    help.lines()
-        .skip_while(|l| !l.starts_with("Commands:"))
-        .skip(1)
-        .take_while(|l| l.starts_with("  "))
-        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
-        .filter(|c| c != "help")
-        .collect()
-}
-
 #[test]
 fn every_subcommand_ends_cleanly_when_its_reader_goes_away() {
     let env = Env::new("pipes");
@@ -276,7 +262,7 @@ fn every_subcommand_ends_cleanly_when_its_reader_goes_away() {
     both_readers(&env, "--version", &["--version"], nothing);
 
     // A subcommand added later is added here too.
-    let mut all = listed(&env, &[]);
+    let mut all = env.subcommands(&[]);
     all.retain(|c| !covered.contains(&c.as_str()));
     assert!(
         all.is_empty(),
@@ -286,7 +272,7 @@ fn every_subcommand_ends_cleanly_when_its_reader_goes_away() {
         ("host", ["serve", "post", "connect", "info"].as_slice()),
         ("mem", &["create", "rm", "dump", "watch"]),
     ] {
-        let mut listed = listed(&env, &[group]);
+        let mut listed = env.subcommands(&[group]);
         listed.retain(|c| !subs.contains(&c.as_str()));
         assert!(listed.is_empty(), "roce {group}: not covered: {listed:?}");
     }

@@ -389,10 +389,7 @@ fn every_readme_block_runs_as_shown() {
     for (command, _) in commands(&block) {
         let command = command.trim_end_matches('&').trim_end();
         let args = roce_args(command, &names);
-        let mut nic = Proc::spawn(
-            env.roce(&args.iter().map(String::as_str).collect::<Vec<_>>()),
-            false,
-        );
+        let mut nic = env.spawn(&args, false);
         let name = args[2].clone();
         nic.expect(|l| l.starts_with(&format!("{name} ready: mac 02:00:0a:00:00:0")));
         nics.push(nic);
@@ -402,10 +399,7 @@ fn every_readme_block_runs_as_shown() {
     let block = readme.next("$ roce host serve --nic nic1 --region buf --size 1M");
     let (command, shown) = commands(&block).remove(0);
     let args = roce_args(&command, &names);
-    let mut server = Proc::spawn(
-        env.roce(&args.iter().map(String::as_str).collect::<Vec<_>>()),
-        true,
-    );
+    let mut server = env.spawn(&args, true);
     let local = server.expect(|l| l.starts_with("local "));
     assert!(alike(&shown[0], &local), "{local}");
     let memory = server.expect(|l| l.starts_with("memory "));
@@ -431,10 +425,7 @@ fn every_readme_block_runs_as_shown() {
     let block = readme.next("$ roce host post --nic nic0 --peer");
     let (command, shown) = commands(&block).remove(0);
     let args = roce_args(&command, &names);
-    let mut post = Proc::spawn(
-        env.roce(&args.iter().map(String::as_str).collect::<Vec<_>>()),
-        true,
-    );
+    let mut post = env.spawn(&args, true);
     let post_local = post.expect(|l| l.starts_with("local "));
     assert!(alike(&shown[0], &post_local), "{post_local}");
     eventually("post's prompt", || post.stderr().contains(&shown[1]));
@@ -454,10 +445,7 @@ fn every_readme_block_runs_as_shown() {
     let block = readme.next("$ roce host connect --nic nic0 --peer");
     let (command, shown) = commands(&block).remove(0);
     let args = roce_args(&command, &names);
-    let mut client = Proc::spawn(
-        env.roce(&args.iter().map(String::as_str).collect::<Vec<_>>()),
-        true,
-    );
+    let mut client = env.spawn(&args, true);
     let client_local = client.expect(|l| l.starts_with("local "));
     assert!(alike(&shown[0], &client_local), "{client_local}");
     eventually("connect's prompt", || client.stderr().contains(&shown[1]));
@@ -557,10 +545,7 @@ fn every_readme_block_runs_as_shown() {
     for (command, shown) in commands(&block) {
         let args = roce_args(&command, &names);
         if command.starts_with("roce mem watch") {
-            let mut watch = Proc::spawn(
-                env.roce(&args.iter().map(String::as_str).collect::<Vec<_>>()),
-                false,
-            );
+            let mut watch = env.spawn(&args, false);
             let first = watch.expect(|_| true);
             assert_eq!(names.theirs(&first), shown[0]);
             // Another program writes into the region, as the README's watch saw.

@@ -17,6 +17,47 @@ use super::{completion_line, connect_qp, quoted, random_psn, verbs_failure, Endp
 use crate::mem::hexdump::{Hexdump, LINE};
 use crate::Failure;
 
+/// What `post` and `connect` both take: the NIC, the server and how to reach it.
+#[derive(clap::Args)]
+pub struct ConnArgs {
+    /// The NIC's name (as given to `roce nic --name`).
+    #[arg(long)]
+    pub nic: String,
+    /// The server's LID:QPN:PSN:GID, as `roce host serve` printed it.
+    #[arg(long, value_name = "LID:QPN:PSN:GID")]
+    pub peer: String,
+    /// Index of the GID to send from (1 is the NIC's IPv4 address).
+    #[arg(long, default_value_t = 1)]
+    pub gid_index: u8,
+    /// Path MTU: 256, 512, 1024, 2048 or 4096 (default: the largest the NIC carries).
+    #[arg(short, long)]
+    pub mtu: Option<u32>,
+    /// Seconds to wait for each completion.
+    #[arg(long, default_value_t = 10)]
+    pub timeout: u64,
+}
+
+impl ConnArgs {
+    /// The server's endpoint, checked before anything is made.
+    pub fn peer(&self) -> Result<Endpoint, Failure> {
+        self.peer.parse().map_err(Failure::usage)
+    }
+
+    /// Opens the NIC and makes a client with a buffer of `len` bytes; also returns this QP's
+    /// endpoint.
+    pub fn open(&self, len: usize) -> Result<(Context, Client, Endpoint), Failure> {
+        let ctx = super::open(&self.nic)?;
+        let mtu = super::path_mtu(&ctx, self.mtu)?;
+        let client = Client::new(&ctx, &self.nic, len, mtu, self.gid_index)?;
+        let me = client.endpoint(&ctx)?;
+        Ok((ctx, client, me))
+    }
+
+    pub fn timeout(&self) -> Duration {
+        Duration::from_secs(self.timeout)
+    }
+}
+
 /// One operation with its operands; `va` is the remote address (unused by SEND).
 #[derive(Debug, PartialEq, Eq)]
 pub enum Op {

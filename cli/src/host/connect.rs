@@ -6,11 +6,10 @@
 
 use std::io::{self, BufRead};
 use std::process::ExitCode;
-use std::time::Duration;
 
-use super::client::{Client, ClientError, Op};
+use super::client::{ClientError, ConnArgs, Op};
+use super::parse_rkey;
 use super::post::parse_hex;
-use super::{parse_rkey, path_mtu, Endpoint};
 use crate::mem::parse_offset;
 use crate::Failure;
 
@@ -36,27 +35,14 @@ The end of standard input (Ctrl-D) ends the connection.";
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The NIC's name (as given to `roce nic --name`).
-    #[arg(long)]
-    nic: String,
-    /// The server's LID:QPN:PSN:GID, as `roce host serve` printed it.
-    #[arg(long, value_name = "LID:QPN:PSN:GID")]
-    peer: String,
+    #[command(flatten)]
+    conn: ConnArgs,
     /// The server's rkey (decimal or 0x-hex), for every operation but SEND.
     #[arg(long)]
     rkey: Option<String>,
     /// Bytes of local buffer: the largest WRITE, READ or SEND (K, M, G suffixes).
     #[arg(long, default_value = "1M", value_name = "SIZE")]
     buffer: String,
-    /// Index of the GID to send from (1 is the NIC's IPv4 address).
-    #[arg(long, default_value_t = 1)]
-    gid_index: u8,
-    /// Path MTU: 256, 512, 1024, 2048 or 4096 (default: the largest the NIC carries).
-    #[arg(short, long)]
-    mtu: Option<u32>,
-    /// Seconds to wait for each completion.
-    #[arg(long, default_value_t = 10)]
-    timeout: u64,
 }
 
 /// One line typed: an operation at a remote address, or help.
@@ -109,20 +95,17 @@ fn parse_line(line: &str) -> Result<Line, Failure> {
 }
 
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
-    let peer: Endpoint = args.peer.parse().map_err(Failure::usage)?;
+    let peer = args.conn.peer()?;
     let rkey = args.rkey.as_deref().map(parse_rkey).transpose()?;
     let buffer = roce_hostmem::parse_size(&args.buffer)
         .map_err(|e| Failure::usage(format!("--buffer {}: {e}", args.buffer)))?;
-    let ctx = super::open(&args.nic)?;
-    let mtu = path_mtu(&ctx, args.mtu)?;
-    let mut client = Client::new(&ctx, &args.nic, buffer, mtu, args.gid_index)?;
-    let me = client.endpoint(&ctx)?;
+    let (_ctx, mut client, me) = args.conn.open(buffer)?;
     let Some(first) = client.introduce(&me) else {
         return Ok(ExitCode::SUCCESS);
     };
     client.connect(&peer)?;
     tell!("connected to {peer}; type an operation (help lists them)");
-    let timeout = Duration::from_secs(args.timeout);
+    let timeout = args.conn.timeout();
     let rest = io::stdin().lock().lines().map_while(Result::ok);
     for line in std::iter::once(first).chain(rest) {
         let (op, va) = match parse_line(&line) {

@@ -5,12 +5,10 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use roce_nic::verbs::WcStatus;
 
-use super::client::{Client, ClientError, Op};
-use super::{path_mtu, Endpoint};
+use super::client::{ClientError, ConnArgs, Op};
 use crate::mem::parse_offset;
 use crate::Failure;
 
@@ -26,12 +24,8 @@ server that is stopped meanwhile) use roce host connect.";
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The NIC's name (as given to `roce nic --name`).
-    #[arg(long)]
-    nic: String,
-    /// The server's LID:QPN:PSN:GID, as `roce host serve` printed it.
-    #[arg(long, value_name = "LID:QPN:PSN:GID")]
-    peer: String,
+    #[command(flatten)]
+    conn: ConnArgs,
     /// RDMA WRITE the data (--data, --hex or --file) to --va.
     #[arg(long)]
     write: bool,
@@ -62,15 +56,6 @@ pub struct Args {
     /// The remote virtual address (decimal or 0x-hex).
     #[arg(long)]
     va: Option<String>,
-    /// Index of the GID to send from (1 is the NIC's IPv4 address).
-    #[arg(long, default_value_t = 1)]
-    gid_index: u8,
-    /// Path MTU: 256, 512, 1024, 2048 or 4096 (default: the largest the NIC carries).
-    #[arg(short, long)]
-    mtu: Option<u32>,
-    /// Seconds to wait for the completion.
-    #[arg(long, default_value_t = 10)]
-    timeout: u64,
 }
 
 /// The one operation asked for, with its operands.
@@ -164,14 +149,11 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         Op::Send(_) => (0, 0),
         _ => remote(&args)?,
     };
-    let peer: Endpoint = args.peer.parse().map_err(Failure::usage)?;
-    let ctx = super::open(&args.nic)?;
-    let mtu = path_mtu(&ctx, args.mtu)?;
-    let mut client = Client::new(&ctx, &args.nic, op.local_len(), mtu, args.gid_index)?;
-    let me = client.endpoint(&ctx)?;
+    let peer = args.conn.peer()?;
+    let (_ctx, mut client, me) = args.conn.open(op.local_len())?;
     client.introduce(&me);
     client.connect(&peer)?;
-    match client.run(&op, va, rkey, Duration::from_secs(args.timeout)) {
+    match client.run(&op, va, rkey, args.conn.timeout()) {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(ClientError::Refused(f) | ClientError::Broken(f)) => Err(f),
         Err(ClientError::Failed { op, status }) => Err(Failure::new(format!(

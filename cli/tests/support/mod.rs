@@ -58,6 +58,27 @@ impl Env {
         }
     }
 
+    /// The subcommands `roce PATH --help` lists (without `help`).
+    pub fn subcommands(&self, path: &[&str]) -> Vec<String> {
+        let mut args = path.to_vec();
+        args.push("--help");
+        self.run(&args)
+            .stdout
+            .lines()
+            .skip_while(|l| !l.starts_with("Commands:"))
+            .skip(1)
+            .take_while(|l| l.starts_with("  "))
+            .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+            .filter(|c| c != "help")
+            .collect()
+    }
+
+    /// Starts `roce ARGS` (owned words) as a [`Proc`].
+    pub fn spawn(&self, args: &[String], piped_stdin: bool) -> Proc {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Proc::spawn(self.roce(&args), piped_stdin)
+    }
+
     /// Starts a NIC and waits for its ready line.
     pub fn nic(&self, nic: &Nic) -> Proc {
         let mut args = vec![
