@@ -19,15 +19,6 @@ use crate::verbs::VerbsError;
 /// Identifies one host program (one opened context) to the engine.
 pub type ClientId = u64;
 
-/// Which memory a registration names.
-#[derive(Debug, Clone)]
-pub enum RegionRef {
-    /// A region this process has mapped (the engine shares the mapping).
-    Local(Arc<Region>),
-    /// A region in /dev/shm that the engine attaches to by name.
-    Named(String),
-}
-
 /// A request to the engine.
 #[derive(Debug, Clone)]
 pub enum Request {
@@ -38,7 +29,9 @@ pub enum Request {
     },
     RegMr {
         pd: u32,
-        region: RegionRef,
+        /// The memory, mapped in the engine's process: shared with an in-process host, or
+        /// mapped from the descriptor a host in another process passed.
+        region: Arc<Region>,
         offset: usize,
         len: usize,
         access: Access,

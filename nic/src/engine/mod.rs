@@ -47,8 +47,8 @@ const SPIN: Duration = Duration::from_micros(50);
 pub enum RingMemory {
     /// Private memory: every host is in this process.
     Private,
-    /// Named regions `<prefix>-qp<N>` and `<prefix>-cq<N>` in /dev/shm, for hosts in other
-    /// processes.
+    /// Sealed memfds (named `roce-<prefix>-qp<N>` and `roce-<prefix>-cq<N>` in
+    /// /proc/PID/maps) whose descriptors go to hosts in other processes.
     Shared { prefix: String },
 }
 

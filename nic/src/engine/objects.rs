@@ -8,7 +8,7 @@ use roce_wire::deth;
 use tracing::{debug, info};
 
 use super::{Engine, RingMemory, GSI_QPN};
-use crate::control::{ClientId, DeviceInfo, RegionRef, Request, Response, RingMap};
+use crate::control::{ClientId, DeviceInfo, Request, Response, RingMap};
 use crate::cq::{Cq, EventLine};
 use crate::qp::{ring_layout, Qp, MAX_RD_ATOMIC};
 use crate::ring::{Geometry, Ring};
@@ -71,10 +71,6 @@ impl Engine {
                 va,
             } => {
                 let id = self.pd(client, pd)?;
-                let region = match region {
-                    RegionRef::Local(r) => r,
-                    RegionRef::Named(name) => Arc::new(Region::attach(&name)?),
-                };
                 let keys = self.mrs.register(id, region, offset, len, access, va)?;
                 self.mr_owners.insert(keys.lkey, client);
                 info!(lkey = format_args!("{:#x}", keys.lkey), rkey = format_args!("{:#x}", keys.rkey), va = format_args!("{:#x}", keys.va), len = keys.len, %access, "memory registered");
@@ -214,15 +210,13 @@ impl Engine {
             .ok_or(none("QP", qpn))
     }
 
-    /// Memory for a new ring set: private, or a named region hosts in other processes attach.
+    /// Memory for a new ring set: private, or a sealed memfd whose descriptor goes to a host in
+    /// another process (nothing in /dev/shm to leave behind, plant or shrink).
     fn ring_region(&self, what: &str, size: usize) -> Result<Arc<Region>, VerbsError> {
         Ok(Arc::new(match &self.rings {
             RingMemory::Private => Region::anonymous(size)?,
             RingMemory::Shared { prefix } => {
-                let name = format!("{prefix}-{what}");
-                // A region left by a crashed earlier run of the same NIC is stale: replace it.
-                let _ = Region::remove(&name);
-                Region::create(&name, size)?
+                Region::device_memory(&format!("{prefix}-{what}"), size)?
             }
         }))
     }
@@ -358,9 +352,6 @@ impl Engine {
         if self.qps.remove(qpn).is_some() {
             info!(qpn, "QP destroyed");
         }
-        if let RingMemory::Shared { prefix } = &self.rings {
-            let _ = Region::remove(&format!("{prefix}-qp{qpn}"));
-        }
     }
 
     /// Destroys every object of a host program that went away.
@@ -384,9 +375,6 @@ impl Engine {
             .collect();
         for cqn in cqns {
             self.cqs.remove(cqn);
-            if let RingMemory::Shared { prefix } = &self.rings {
-                let _ = Region::remove(&format!("{prefix}-cq{cqn}"));
-            }
         }
         self.ah_owners.retain(|ah, (owner, _)| {
             let keep = *owner != client;

@@ -3,26 +3,41 @@
 //! in-process host, and writes the answers. A connection that ends — the host closed it, or
 //! was killed — takes every context opened on it along: the engine destroys their objects, so
 //! no dead host's QP keeps answering the wire.
+//!
+//! A host is not trusted: each gets a doorbell of its own; memory it passes is mapped only if
+//! it is sealed shared memory, or a file of the host's own user that nobody else may write
+//! (mapped guarded), and never the NIC's own rings; a message it starts must be finished, and
+//! an answer taken, within [`MESSAGE_DEADLINE`]; and the NIC's shutdown never waits for a host.
 
 use std::collections::HashSet;
 use std::io;
-use std::os::fd::AsFd;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
+use roce_hostmem::{is_device_memory, Region, RegionError};
 use rustix::event::PollFlags;
 use tracing::{debug, info, warn};
 
-use super::fdpass;
+use super::fdpass::{self, Limit};
 use super::messages::{decode_to_nic, nic_side, ToNic, PROTOCOL_VERSION};
+use super::socket_path::prepare_dir;
 use super::stop_line::StopLine;
 use crate::control::{ClientId, Request};
 use crate::device::Device;
+use crate::engine::RingMemory;
 use crate::verbs::{Backend, VerbsError};
-use crate::waker::Waker;
+use crate::waker::{SharedWord, Waker};
+
+/// How long a host has to finish sending a message it started, and to take an answer.
+pub const MESSAGE_DEADLINE: Duration = Duration::from_secs(2);
+/// The first and the longest pause after a failed accept (out of descriptors, say), so that
+/// the control thread waits for descriptors to come back instead of spinning.
+const ACCEPT_BACKOFF: (Duration, Duration) = (Duration::from_millis(10), Duration::from_secs(1));
 
 /// Why the control socket could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -39,7 +54,6 @@ pub enum ServerError {
 struct Shared {
     nic: String,
     backend: Arc<dyn Backend>,
-    doorbell_region: String,
     stop: StopLine,
 }
 
@@ -52,7 +66,7 @@ pub struct Server {
 }
 
 /// A control socket bound but not serving yet. Claiming the socket first tells whether the
-/// name is free before a device of that name, and its shared memory, is created.
+/// name is free before a device of that name is created.
 pub struct Claim {
     path: PathBuf,
     listener: Option<UnixListener>,
@@ -62,10 +76,9 @@ impl Claim {
     /// Serves `device` on the claimed socket.
     pub fn serve(mut self, device: &Device) -> Result<Server, ServerError> {
         let nic = device.config().name.clone();
-        let doorbell_region = device
-            .doorbell_region()
-            .ok_or_else(|| ServerError::PrivateRings(nic.clone()))?
-            .to_owned();
+        if !matches!(device.config().rings, RingMemory::Shared { .. }) {
+            return Err(ServerError::PrivateRings(nic));
+        }
         let socket_error = |source| ServerError::Socket {
             path: self.path.clone(),
             source,
@@ -73,7 +86,6 @@ impl Claim {
         let shared = Arc::new(Shared {
             nic,
             backend: device.backend(),
-            doorbell_region,
             stop: StopLine::new().map_err(socket_error)?,
         });
         let connections = Arc::new(Mutex::new(Vec::new()));
@@ -108,25 +120,19 @@ impl Drop for Claim {
 
 impl Server {
     /// Binds the control socket of NIC `nic` at `path`, before the device exists. A socket file
-    /// nobody answers on (left by a NIC that was killed) is replaced, and so is the shared
-    /// memory that NIC left; a socket a live NIC answers on is an error.
+    /// nobody answers on (left by a NIC that was killed) is replaced; a socket a live NIC
+    /// answers on is an error, and so is a directory that is not this user's own.
     pub fn claim(nic: &str, path: &Path) -> Result<Claim, ServerError> {
-        let listener = claim(nic, path)?;
-        remove_stale_regions(nic);
         Ok(Claim {
             path: path.to_owned(),
-            listener: Some(listener),
+            listener: Some(claim(nic, path)?),
         })
     }
 
     /// Binds a control socket at `path` for a running `device` and serves it (a stale socket
     /// file is replaced, as with [`Server::claim`]).
     pub fn start(device: &Device, path: &Path) -> Result<Server, ServerError> {
-        let claimed = Claim {
-            path: path.to_owned(),
-            listener: Some(claim(&device.config().name, path)?),
-        };
-        claimed.serve(device)
+        Server::claim(&device.config().name, path)?.serve(device)
     }
 
     pub fn path(&self) -> &Path {
@@ -173,12 +179,8 @@ fn claim(nic: &str, path: &Path) -> Result<UnixListener, ServerError> {
         path: path.to_owned(),
         source,
     };
-    if let Some(dir) = path.parent().filter(|d| !d.exists()) {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(socket_error)?;
+    if let Some(dir) = path.parent() {
+        prepare_dir(dir).map_err(socket_error)?;
     }
     match UnixListener::bind(path) {
         Ok(listener) => return restrict(listener, path),
@@ -194,30 +196,6 @@ fn claim(nic: &str, path: &Path) -> Result<UnixListener, ServerError> {
     info!(path = %path.display(), "replacing a stale control socket");
     std::fs::remove_file(path).map_err(socket_error)?;
     restrict(UnixListener::bind(path).map_err(socket_error)?, path)
-}
-
-/// Removes the shared memory a killed NIC of the same name left: its rings (`<nic>-qp<N>`,
-/// `<nic>-cq<N>`) and its doorbell. Safe once the name is claimed, since no live NIC has it;
-/// other names that merely start with `<nic>-` are left alone.
-fn remove_stale_regions(nic: &str) {
-    let Ok(entries) = std::fs::read_dir(roce_hostmem::SHM_DIR) else {
-        return;
-    };
-    let prefix = format!("{}{nic}-", roce_hostmem::FILE_PREFIX);
-    for entry in entries.flatten() {
-        let file = entry.file_name();
-        let Some(rest) = file.to_str().and_then(|f| f.strip_prefix(&prefix)) else {
-            continue;
-        };
-        let numbered = |kind| {
-            rest.strip_prefix(kind)
-                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-        };
-        if rest == "doorbell" || numbered("qp") || numbered("cq") {
-            info!(file = %entry.path().display(), "removing shared memory a dead NIC left");
-            let _ = std::fs::remove_file(entry.path());
-        }
-    }
 }
 
 /// Only this user may connect: a host is trusted with the NIC's memory tables.
@@ -236,6 +214,7 @@ fn accept_loop(
     shared: &Arc<Shared>,
     connections: &Mutex<Vec<JoinHandle<()>>>,
 ) {
+    let mut backoff = ACCEPT_BACKOFF.0;
     while shared
         .stop
         .wait_for(listener.as_fd(), PollFlags::IN)
@@ -244,10 +223,17 @@ fn accept_loop(
         let stream = match listener.accept() {
             Ok((stream, _)) => stream,
             Err(e) => {
-                debug!(error = %e, "accept failed");
+                // Out of descriptors or memory: the connection stays queued and the socket
+                // readable, so accepting again at once would only spin.
+                warn!(error = %e, pause = ?backoff, "accept failed: pausing");
+                if !shared.stop.sleep(backoff) {
+                    break;
+                }
+                backoff = (backoff * 2).min(ACCEPT_BACKOFF.1);
                 continue;
             }
         };
+        backoff = ACCEPT_BACKOFF.0;
         let shared_for_thread = Arc::clone(shared);
         let spawned = std::thread::Builder::new()
             .name(format!("{}-host", shared.nic))
@@ -261,26 +247,95 @@ fn accept_loop(
     }
 }
 
-/// The pid of the process at the other end, for logs.
-fn peer_pid(stream: &UnixStream) -> i32 {
-    rustix::net::sockopt::socket_peercred(stream).map_or(0, |c| c.pid.as_raw_nonzero().get())
+/// One host's doorbell: a word in device memory the host maps, and an eventfd, which the
+/// engine listens to while the connection lasts.
+struct Doorbell {
+    word: Arc<Region>,
+    waker: Arc<Waker>,
+    engine: Arc<Waker>,
+}
+
+impl Doorbell {
+    fn new(nic: &str, engine: &Arc<Waker>) -> io::Result<Doorbell> {
+        let word = Arc::new(
+            Region::device_memory(&format!("{nic}-doorbell"), 64).map_err(io::Error::other)?,
+        );
+        let at = word.as_ptr();
+        // SAFETY: a region's mapping is page aligned and at least a page long, and the Arc
+        // keeps it mapped as long as the word is used.
+        let sleeping = unsafe { SharedWord::at(at, Arc::clone(&word) as _) };
+        let waker = Waker::new(sleeping)?;
+        engine.add_host(&waker);
+        Ok(Doorbell {
+            word,
+            waker,
+            engine: Arc::clone(engine),
+        })
+    }
+}
+
+impl Drop for Doorbell {
+    fn drop(&mut self) {
+        self.engine.remove_host(&self.waker);
+    }
+}
+
+/// Who is at the other end of a connection.
+#[derive(Debug, Clone, Copy)]
+struct Peer {
+    uid: u32,
+    pid: i32,
+}
+
+fn peer(stream: &UnixStream) -> io::Result<Peer> {
+    let cred = rustix::net::sockopt::socket_peercred(stream)?;
+    Ok(Peer {
+        uid: cred.uid.as_raw(),
+        pid: cred.pid.as_raw_nonzero().get(),
+    })
+}
+
+/// Maps memory a host passed for a registration: never the NIC's own rings or doorbells, and
+/// only what [`Region::from_fd`] accepts from this host's user.
+fn map_host_memory(fd: OwnedFd, peer: Peer) -> Result<Arc<Region>, VerbsError> {
+    if is_device_memory(fd.as_fd()) {
+        return Err(RegionError::DeviceMemory.into());
+    }
+    Ok(Arc::new(Region::from_fd(fd, peer.uid)?))
 }
 
 /// Serves one host connection until it closes or the server stops, then destroys what its
 /// contexts left behind.
 fn serve(stream: UnixStream, shared: &Shared) {
-    let pid = peer_pid(&stream);
-    let span = tracing::info_span!("host", nic = %shared.nic, pid);
+    let peer = match peer(&stream) {
+        Ok(peer) => peer,
+        Err(e) => {
+            warn!(error = %e, "cannot tell who connected: closing");
+            return;
+        }
+    };
+    let span = tracing::info_span!("host", nic = %shared.nic, pid = peer.pid, uid = peer.uid);
     let _enter = span.enter();
+    let doorbell = match Doorbell::new(&shared.nic, shared.backend.doorbell()) {
+        Ok(doorbell) => doorbell,
+        Err(e) => {
+            warn!(error = %e, "cannot make a doorbell for a host: closing");
+            return;
+        }
+    };
     info!("host connected");
     let mut clients = HashSet::new();
     let mut welcomed = false;
+    let limit = || Limit {
+        stop: Some(&shared.stop),
+        deadline: Some(Instant::now() + MESSAGE_DEADLINE),
+    };
     while shared
         .stop
         .wait_for(stream.as_fd(), PollFlags::IN)
         .is_some()
     {
-        let message = match fdpass::recv(&stream) {
+        let message = match fdpass::recv(&stream, limit()) {
             Ok(Some(message)) => message,
             Ok(None) => break,
             Err(e) => {
@@ -288,14 +343,16 @@ fn serve(stream: UnixStream, shared: &Shared) {
                 break;
             }
         };
-        let sent = match decode_to_nic(&message.bytes) {
-            Err(e) => nic_side::answer(&stream, &Err(e.into())),
+        let mut map = |fd| map_host_memory(fd, peer);
+        let sent = match decode_to_nic(message, &mut map) {
+            Err(e) => nic_side::answer(&stream, &Err(e), limit()),
             Ok(ToNic::Hello { version }) => {
                 let result = nic_side::welcome(
                     &stream,
                     &shared.nic,
-                    &shared.doorbell_region,
-                    Waker::as_fd(shared.backend.doorbell()),
+                    doorbell.word.fd().expect("device memory has a descriptor"),
+                    doorbell.waker.as_fd(),
+                    limit(),
                 );
                 if version != PROTOCOL_VERSION {
                     info!(version, "host speaks another protocol version");
@@ -312,13 +369,13 @@ fn serve(stream: UnixStream, shared: &Shared) {
                 Ok(client) => {
                     clients.insert(client);
                     debug!(client, "context opened");
-                    nic_side::opened(&stream, client)
+                    nic_side::opened(&stream, client, limit())
                 }
-                Err(e) => nic_side::answer(&stream, &Err(e)),
+                Err(e) => nic_side::answer(&stream, &Err(e), limit()),
             },
             Ok(ToNic::Call { client, request }) => {
                 let answer = call(shared, &mut clients, client, request);
-                nic_side::answer(&stream, &answer)
+                nic_side::answer(&stream, &answer, limit())
             }
         };
         if let Err(e) = sent {
@@ -348,28 +405,4 @@ fn call(
         clients.remove(&client);
     }
     shared.backend.call(client, request)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use roce_hostmem::Region;
-
-    #[test]
-    fn only_a_dead_nics_own_regions_are_removed() {
-        let nic = format!("stale{}", std::process::id());
-        let theirs = ["qp17", "cq3", "doorbell"].map(|s| format!("{nic}-{s}"));
-        let others = ["b-qp17", "qpx", "qp", "mybuf"].map(|s| format!("{nic}-{s}"));
-        for name in theirs.iter().chain(&others) {
-            drop(Region::create_persistent(name, 4096).unwrap());
-        }
-        remove_stale_regions(&nic);
-        for name in &theirs {
-            assert!(Region::attach(name).is_err(), "{name} kept");
-        }
-        for name in &others {
-            assert!(Region::attach(name).is_ok(), "{name} removed");
-            Region::remove(name).unwrap();
-        }
-    }
 }

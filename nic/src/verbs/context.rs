@@ -13,7 +13,7 @@ use super::types::{
     AddressVector, Gid, QpAttr, QpCap, QpType, RecvWr, SendFlags, SendOp, SendWr, Sge, Wc,
 };
 use super::VerbsError;
-use crate::control::{ClientId, DeviceInfo, RegionRef, Request, Response, RingMap};
+use crate::control::{ClientId, DeviceInfo, Request, Response, RingMap};
 use crate::counters::Snapshot;
 use crate::cq::{EventLine, Woken};
 use crate::ring::{Consumer, Producer, Ring};
@@ -211,7 +211,7 @@ impl ProtectionDomain {
     ) -> Result<MemoryRegion, VerbsError> {
         let request = Request::RegMr {
             pd: self.inner.pd,
-            region: RegionRef::Local(Arc::clone(region)),
+            region: Arc::clone(region),
             offset,
             len,
             access,
