@@ -105,6 +105,11 @@ pub enum Request {
     },
     /// The host program is gone: destroy everything it owned.
     Disconnect,
+    /// This context belongs to host `host` (a process, as the control socket numbers them),
+    /// whose objects count against the per-host limits. Sent by the control socket only.
+    BindHost {
+        host: u32,
+    },
 }
 
 /// What the device tells a host that opens it.
@@ -120,6 +125,8 @@ pub struct DeviceInfo {
     pub max_inline: u32,
     pub max_cqe: u32,
     pub max_qp_rd_atom: u8,
+    /// Every limit of the device, in all and per host (`ibv_devinfo -v` shows the first).
+    pub limits: crate::limits::Limits,
 }
 
 /// A ring the host maps: its memory and where in it the ring lies.

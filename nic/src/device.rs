@@ -42,6 +42,8 @@ pub struct DeviceConfig {
     /// Follow Soft-RoCE where it deviates from the IBTA spec.
     pub rxe_compat: bool,
     pub rings: RingMemory,
+    /// What hosts may create, in all and per host.
+    pub limits: crate::limits::Limits,
 }
 
 impl DeviceConfig {
@@ -68,6 +70,7 @@ impl DeviceConfig {
             resolve_timeout: DEFAULT_RESOLVE_TIMEOUT,
             rxe_compat: false,
             rings: RingMemory::Private,
+            limits: crate::limits::Limits::default(),
         }
     }
 
@@ -208,6 +211,7 @@ impl Device {
             counters: Arc::clone(&counters),
             rings: config.rings.clone(),
             rxe_compat: config.rxe_compat,
+            limits: config.limits,
         })?;
         let thread = std::thread::Builder::new()
             .name(format!("{}-engine", config.name))
