@@ -107,6 +107,8 @@ impl SocketBackend {
         .map_err(|_| gone_early())?;
         let welcome = match recv_from_nic(&stream, &mut refuse_regions)? {
             Some(FromNic::Welcome(w)) => w,
+            // Refused: over a limit of connections, say.
+            Some(FromNic::Answer(Err(e))) => return Err(e),
             Some(_) => return Err(VerbsError::Invalid(format!("the NIC {nic} did not greet"))),
             None => return Err(gone_early()),
         };

@@ -25,6 +25,7 @@ use super::wire_format::{code, DecodeError, Reader, Writer};
 use crate::control::{DeviceInfo, QpStatus, Request, Response, RingMap};
 use crate::counters::Snapshot;
 use crate::cq::EventLine;
+use crate::limits::Limits;
 use crate::ring::Geometry;
 use crate::verbs::types::{AddressVector, Gid, Mtu, QpAttr, QpCap, QpState, QpType};
 use crate::verbs::VerbsError;
@@ -163,6 +164,11 @@ pub fn put_request<'a>(w: &mut Writer<'a>, request: &'a Request) -> Result<(), V
             w.u8(20);
             w.u16(*port);
         }
+        Request::BindHost { .. } => {
+            return Err(VerbsError::Invalid(
+                "a host is numbered by the NIC's control socket, not by itself".into(),
+            ))
+        }
     }
     Ok(())
 }
@@ -242,6 +248,11 @@ pub fn put_response<'a>(w: &mut Writer<'a>, response: &'a Response) -> Result<()
             w.u32(d.max_inline);
             w.u32(d.max_cqe);
             w.u8(d.max_qp_rd_atom);
+            let limits = d.limits.to_vec();
+            w.u16(limits.len() as u16);
+            for v in limits {
+                w.u64(v);
+            }
         }
         Response::Pd(pd) => {
             w.u8(1);
@@ -334,6 +345,11 @@ pub fn get_response(r: &mut Reader<'_>, attach: &mut Map<'_>) -> Result<Response
                 max_inline: r.u32()?,
                 max_cqe: r.u32()?,
                 max_qp_rd_atom: r.u8()?,
+                limits: {
+                    let n = usize::from(r.u16()?);
+                    let values = (0..n).map(|_| r.u64()).collect::<Result<Vec<_>, _>>()?;
+                    Limits::from_slice(&values).ok_or(invalid("limit count", n as u64))?
+                },
             })
         }
         1 => Response::Pd(r.u32()?),
@@ -433,6 +449,12 @@ pub fn put_error(w: &mut Writer<'_>, error: &VerbsError) {
             w.u8(4);
             w.str(nic);
         }
+        VerbsError::LimitReached { what, scope, limit } => {
+            w.u8(7);
+            w.str(what);
+            w.str(scope);
+            w.u64(*limit);
+        }
         VerbsError::Io(e) => {
             w.u8(6);
             w.u8(IO_KINDS.iter().position(|k| *k == e.kind()).unwrap_or(0) as u8);
@@ -441,19 +463,34 @@ pub fn put_error(w: &mut Writer<'_>, error: &VerbsError) {
         other => {
             w.u8(5);
             w.str(&other.to_string());
+            w.u32(other.errno() as u32);
         }
     }
 }
 
 pub fn get_error(r: &mut Reader<'_>) -> Result<VerbsError, DecodeError> {
     /// The names the engine uses; an unknown one keeps its sentence.
-    const KINDS: [&str; 6] = [
+    const KINDS: [&str; 20] = [
         "protection domain",
         "memory registration",
         "completion queue",
         "QP",
         "address handle",
         "the completion queue",
+        "the protection domain (a QP uses it)",
+        "the protection domain (an address handle uses it)",
+        "QP1 (the GSI)",
+        "QPs",
+        "completion queues",
+        "memory registrations",
+        "protection domains",
+        "address handles",
+        "bytes of rings",
+        "NIC",
+        "host",
+        "the protection domain (a memory registration uses it)",
+        "contexts",
+        "connections",
     ];
     let known = |text: &str| KINDS.iter().copied().find(|k| *k == text);
     Ok(match r.u8()? {
@@ -475,13 +512,28 @@ pub fn get_error(r: &mut Reader<'_>) -> Result<VerbsError, DecodeError> {
         2 => VerbsError::SendQueueFull(r.u32()?),
         3 => VerbsError::RecvQueueFull(r.u32()?),
         4 => VerbsError::DeviceGone { nic: r.str()? },
-        5 => VerbsError::Invalid(r.str()?),
+        5 => {
+            let message = r.str()?;
+            match r.u32()? as i32 {
+                libc::EINVAL => VerbsError::Invalid(message),
+                errno => VerbsError::Remote { errno, message },
+            }
+        }
         6 => {
             let kind = IO_KINDS
                 .get(usize::from(r.u8()?))
                 .copied()
                 .unwrap_or(io::ErrorKind::Other);
             VerbsError::Io(io::Error::new(kind, r.str()?))
+        }
+        7 => {
+            let (what, scope, limit) = (r.str()?, r.str()?, r.u64()?);
+            match (known(&what), known(&scope)) {
+                (Some(what), Some(scope)) => VerbsError::LimitReached { what, scope, limit },
+                _ => {
+                    VerbsError::Invalid(format!("the {scope}'s limit of {limit} {what} is reached"))
+                }
+            }
         }
         tag => return Err(invalid("error kind", tag)),
     })

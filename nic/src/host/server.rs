@@ -9,7 +9,7 @@
 //! (mapped guarded), and never the NIC's own rings; a message it starts must be finished, and
 //! an answer taken, within [`MESSAGE_DEADLINE`]; and the NIC's shutdown never waits for a host.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
@@ -30,6 +30,7 @@ use super::stop_line::StopLine;
 use crate::control::{ClientId, Request};
 use crate::device::Device;
 use crate::engine::RingMemory;
+use crate::limits::Limits;
 use crate::verbs::{Backend, VerbsError};
 use crate::waker::{SharedWord, Waker};
 
@@ -55,6 +56,108 @@ struct Shared {
     nic: String,
     backend: Arc<dyn Backend>,
     stop: StopLine,
+    limits: Limits,
+    /// The hosts connected now, by process.
+    hosts: Mutex<Hosts>,
+}
+
+/// Connected hosts: a host is a process (by the PID of its connections' peer).
+#[derive(Default)]
+struct Hosts {
+    by_pid: HashMap<i32, HostUse>,
+    connections: u64,
+    next_id: u32,
+}
+
+/// What one host holds of the control socket.
+struct HostUse {
+    /// The host's number for the engine's per-host limits.
+    id: u32,
+    connections: u64,
+    contexts: u64,
+}
+
+impl Shared {
+    /// Counts a new connection of `peer`, or says which limit it would break. Returns the
+    /// host's number.
+    fn join(&self, peer: Peer) -> Result<u32, VerbsError> {
+        let mut hosts = lock(&self.hosts);
+        let l = &self.limits;
+        if hosts.connections >= l.max_connections {
+            return Err(VerbsError::LimitReached {
+                what: "connections",
+                scope: "NIC",
+                limit: l.max_connections,
+            });
+        }
+        // A PID the kernel could not tell (another PID namespace) is a host of its own.
+        let key = if peer.pid > 0 {
+            peer.pid
+        } else {
+            -i32::try_from(hosts.next_id).unwrap_or(i32::MAX)
+        };
+        if hosts
+            .by_pid
+            .get(&key)
+            .is_some_and(|h| h.connections >= l.host_max_connections)
+        {
+            return Err(VerbsError::LimitReached {
+                what: "connections",
+                scope: "host",
+                limit: l.host_max_connections,
+            });
+        }
+        hosts.next_id = hosts.next_id.wrapping_add(1).max(1);
+        let next_id = hosts.next_id;
+        let host = hosts.by_pid.entry(key).or_insert(HostUse {
+            id: next_id,
+            connections: 0,
+            contexts: 0,
+        });
+        host.connections += 1;
+        let id = host.id;
+        hosts.connections += 1;
+        Ok(id)
+    }
+
+    fn leave(&self, host: u32, contexts: u64) {
+        let mut hosts = lock(&self.hosts);
+        hosts.connections -= 1;
+        hosts.by_pid.retain(|_, h| {
+            if h.id == host {
+                h.connections -= 1;
+                h.contexts -= contexts;
+            }
+            h.connections > 0
+        });
+    }
+
+    /// Counts a context the host `host` opens, if its limit allows.
+    fn open_context(&self, host: u32) -> Result<(), VerbsError> {
+        let mut hosts = lock(&self.hosts);
+        let limit = self.limits.host_max_contexts;
+        let h = hosts
+            .by_pid
+            .values_mut()
+            .find(|h| h.id == host)
+            .ok_or_else(|| VerbsError::Invalid("the host is not connected".into()))?;
+        if h.contexts >= limit {
+            return Err(VerbsError::LimitReached {
+                what: "contexts",
+                scope: "host",
+                limit,
+            });
+        }
+        h.contexts += 1;
+        Ok(())
+    }
+
+    fn close_context(&self, host: u32) {
+        let mut hosts = lock(&self.hosts);
+        if let Some(h) = hosts.by_pid.values_mut().find(|h| h.id == host) {
+            h.contexts = h.contexts.saturating_sub(1);
+        }
+    }
 }
 
 /// A running control socket. Dropping it stops it.
@@ -87,6 +190,8 @@ impl Claim {
             nic,
             backend: device.backend(),
             stop: StopLine::new().map_err(socket_error)?,
+            limits: device.config().limits,
+            hosts: Mutex::new(Hosts::default()),
         });
         let connections = Arc::new(Mutex::new(Vec::new()));
         let listener = self.listener.take().ok_or_else(|| {
@@ -316,6 +421,32 @@ fn serve(stream: UnixStream, shared: &Shared) {
     };
     let span = tracing::info_span!("host", nic = %shared.nic, pid = peer.pid, uid = peer.uid);
     let _enter = span.enter();
+    let limit = || Limit {
+        stop: Some(&shared.stop),
+        deadline: Some(Instant::now() + MESSAGE_DEADLINE),
+    };
+    let host = match shared.join(peer) {
+        Ok(host) => host,
+        Err(e) => {
+            info!(error = %e, "host refused");
+            // The host's greeting gets the reason (best effort: it may not listen).
+            if let Ok(Some(_)) = fdpass::recv(&stream, limit()) {
+                let _ = nic_side::answer(&stream, &Err(e), limit());
+            }
+            return;
+        }
+    };
+    serve_host(&stream, shared, peer, host, limit);
+}
+
+/// Serves a host that was let in.
+fn serve_host<'a>(
+    stream: &UnixStream,
+    shared: &'a Shared,
+    peer: Peer,
+    host: u32,
+    limit: impl Fn() -> Limit<'a>,
+) {
     let doorbell = match Doorbell::new(&shared.nic, shared.backend.doorbell()) {
         Ok(doorbell) => doorbell,
         Err(e) => {
@@ -323,19 +454,15 @@ fn serve(stream: UnixStream, shared: &Shared) {
             return;
         }
     };
-    info!("host connected");
+    info!(host, "host connected");
     let mut clients = HashSet::new();
     let mut welcomed = false;
-    let limit = || Limit {
-        stop: Some(&shared.stop),
-        deadline: Some(Instant::now() + MESSAGE_DEADLINE),
-    };
     while shared
         .stop
         .wait_for(stream.as_fd(), PollFlags::IN)
         .is_some()
     {
-        let message = match fdpass::recv(&stream, limit()) {
+        let message = match fdpass::recv(stream, limit()) {
             Ok(Some(message)) => message,
             Ok(None) => break,
             Err(e) => {
@@ -345,10 +472,10 @@ fn serve(stream: UnixStream, shared: &Shared) {
         };
         let mut map = |fd| map_host_memory(fd, peer);
         let sent = match decode_to_nic(message, &mut map) {
-            Err(e) => nic_side::answer(&stream, &Err(e), limit()),
+            Err(e) => nic_side::answer(stream, &Err(e), limit()),
             Ok(ToNic::Hello { version }) => {
                 let result = nic_side::welcome(
-                    &stream,
+                    stream,
                     &shared.nic,
                     doorbell.word.fd().expect("device memory has a descriptor"),
                     doorbell.waker.as_fd(),
@@ -365,17 +492,17 @@ fn serve(stream: UnixStream, shared: &Shared) {
                 debug!("host skipped the greeting");
                 break;
             }
-            Ok(ToNic::Open) => match shared.backend.connect() {
+            Ok(ToNic::Open) => match open(shared, host) {
                 Ok(client) => {
                     clients.insert(client);
                     debug!(client, "context opened");
-                    nic_side::opened(&stream, client, limit())
+                    nic_side::opened(stream, client, limit())
                 }
-                Err(e) => nic_side::answer(&stream, &Err(e), limit()),
+                Err(e) => nic_side::answer(stream, &Err(e), limit()),
             },
             Ok(ToNic::Call { client, request }) => {
-                let answer = call(shared, &mut clients, client, request);
-                nic_side::answer(&stream, &answer, limit())
+                let answer = call(shared, host, &mut clients, client, request);
+                nic_side::answer(stream, &answer, limit())
             }
         };
         if let Err(e) = sent {
@@ -383,15 +510,33 @@ fn serve(stream: UnixStream, shared: &Shared) {
             break;
         }
     }
+    let contexts = clients.len() as u64;
     for client in clients {
         let _ = shared.backend.call(client, Request::Disconnect);
     }
+    shared.leave(host, contexts);
     info!("host disconnected: its objects are destroyed");
+}
+
+/// Opens a context for host `host`, within its limit, and tells the engine whose it is.
+fn open(shared: &Shared, host: u32) -> Result<ClientId, VerbsError> {
+    shared.open_context(host)?;
+    let client = shared.backend.connect().and_then(|client| {
+        shared
+            .backend
+            .call(client, Request::BindHost { host })
+            .map(|_| client)
+    });
+    if client.is_err() {
+        shared.close_context(host);
+    }
+    client
 }
 
 /// Runs a request for one of this connection's contexts.
 fn call(
     shared: &Shared,
+    host: u32,
     clients: &mut HashSet<ClientId>,
     client: ClientId,
     request: Request,
@@ -401,8 +546,17 @@ fn call(
             "context {client} was not opened on this connection"
         )));
     }
-    if matches!(request, Request::Disconnect) {
-        clients.remove(&client);
+    match request {
+        Request::BindHost { .. } => {
+            return Err(VerbsError::Invalid(
+                "a host is numbered by the NIC's control socket, not by itself".into(),
+            ))
+        }
+        Request::Disconnect => {
+            clients.remove(&client);
+            shared.close_context(host);
+        }
+        _ => {}
     }
     shared.backend.call(client, request)
 }

@@ -121,8 +121,17 @@ impl Context {
         })
     }
 
+    /// What the device told when it was opened.
     pub fn device(&self) -> &DeviceInfo {
         &self.inner.device
+    }
+
+    /// `ibv_query_device`: the device's attributes and limits, asked anew.
+    pub fn query_device(&self) -> Result<DeviceInfo, VerbsError> {
+        match self.inner.call(Request::QueryDevice)? {
+            Response::Device(d) => Ok(d),
+            _ => Err(self.inner.unexpected("query_device")),
+        }
     }
 
     /// The GID at `index` of port 1.

@@ -250,6 +250,11 @@ fn plain_answers_round_trip() {
         max_inline: 256,
         max_cqe: 65536,
         max_qp_rd_atom: 128,
+        limits: Limits {
+            max_qp: 7,
+            host_max_contexts: 3,
+            ..Limits::default()
+        },
     };
     let snapshot = Snapshot {
         rx_frames: 5,
@@ -412,6 +417,12 @@ fn errors_keep_their_kind_or_their_sentence() {
         VerbsError::SendQueueFull(128),
         VerbsError::RecvQueueFull(64),
         VerbsError::DeviceGone { nic: "nic0".into() },
+        VerbsError::LimitReached {
+            what: "QPs",
+            scope: "host",
+            limit: 64,
+        },
+        VerbsError::Busy("the protection domain (a QP uses it)"),
         VerbsError::Invalid("a completion queue holds 1 to 65536 entries, not 0".into()),
         VerbsError::Modify(crate::qp::ModifyError::NoGid(9)),
         VerbsError::Io(std::io::Error::new(
