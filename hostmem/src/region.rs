@@ -140,6 +140,7 @@ impl Region {
         };
         tracing::debug!(len, ?kind, "passed region mapped");
         let mut region = Region::bare(map);
+        region.name = shm_name(&file);
         region.file = Some(file);
         region.guard = guard;
         Ok(region)
@@ -321,6 +322,16 @@ impl Drop for Region {
             tracing::warn!(path = %path.display(), %err, "cannot remove region");
         }
     }
+}
+
+/// The region name of a passed file that lies in /dev/shm, for logs (the NIC traces where its
+/// DMA lands by region name).
+fn shm_name(file: &File) -> Option<String> {
+    use std::os::fd::AsRawFd;
+    let path = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).ok()?;
+    let name = path.strip_prefix(shm::SHM_DIR).ok()?.to_str()?;
+    let name = name.strip_prefix(shm::FILE_PREFIX)?;
+    shm::path_for(name).ok().map(|_| name.to_owned())
 }
 
 fn map(file: &File, path: &Path, size: usize) -> Result<MmapRaw, RegionError> {

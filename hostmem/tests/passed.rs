@@ -48,6 +48,7 @@ fn a_named_file_shrunk_under_its_mapper_fails_the_access_instead_of_killing_it()
     let name = unique("shrink");
     let host = Region::create(&name, 4 * 4096).unwrap();
     let nic = Arc::new(Region::from_fd(passed(&host), me()).unwrap());
+    assert_eq!(nic.name(), Some(name.as_str()), "the name is kept for logs");
     let mut table = MrTable::new();
     let pd = table.alloc_pd();
     let all = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
