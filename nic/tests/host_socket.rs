@@ -6,34 +6,16 @@ mod common;
 
 use std::io::Write;
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{all_access, host_on, ip, pattern, Host};
+use common::{all_access, host_on, ip, pattern, Dir, Host};
 use roce_hostmem::Region;
 use roce_nic::host::{Server, ServerError, SocketBackend};
 use roce_nic::link::mem;
 use roce_nic::verbs::*;
 use roce_nic::{Device, DeviceConfig, RingMemory};
-
-/// A private socket directory for one test, removed at the end.
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(label: &str) -> Dir {
-        let dir = std::env::temp_dir().join(format!("roce-sock-{}-{label}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Dir(dir)
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// Two NICs with shared rings on an in-process cable, each serving a socket in `dir`.
 struct Nics {

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{all_access, host_on, ip, pattern, Host};
+use common::{all_access, host_on, ip, pattern, Dir, Host};
 use roce_hostmem::{Region, RegionError};
 use roce_nic::control::{Request, Response};
 use roce_nic::host::{Server, SocketBackend};
@@ -30,24 +30,6 @@ use roce_nic::{Device, DeviceConfig, RingMemory};
 
 /// How long anything the NIC should do at once may take before the test calls it stuck.
 const PATIENCE: Duration = Duration::from_secs(10);
-
-/// A private socket directory for one test, removed at the end.
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(label: &str) -> Dir {
-        let dir = std::env::temp_dir().join(format!("roce-hostile-{}-{label}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Dir(dir)
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// Two NICs with shared rings on an in-process cable, each serving a socket.
 struct Nics {
