@@ -176,9 +176,13 @@ fn region_failure(err: RegionError) -> Failure {
         | RegionError::NotAFile { .. }
         | RegionError::Empty { .. }
         | RegionError::OutOfBounds { .. } => Failure::usage(err.to_string()),
-        RegionError::NoRoom { .. } | RegionError::Io { .. } | RegionError::Anonymous { .. } => {
-            Failure::new(err.to_string())
-        }
+        RegionError::NoRoom { .. }
+        | RegionError::Io { .. }
+        | RegionError::Anonymous { .. }
+        | RegionError::Untrusted { .. }
+        | RegionError::DeviceMemory
+        | RegionError::TooManyGuarded { .. }
+        | RegionError::NoDescriptor => Failure::new(err.to_string()),
     }
 }
 

@@ -50,6 +50,12 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             "max_cqe": d.max_cqe,
             "max_qp_rd_atom": d.max_qp_rd_atom,
         });
+        let limits: serde_json::Map<String, serde_json::Value> = d
+            .limits
+            .iter()
+            .map(|(name, value)| (name.to_owned(), value.into()))
+            .collect();
+        info["limits"] = limits.into();
         if let Some(counters) = &counters {
             let map: serde_json::Map<String, serde_json::Value> = counters
                 .iter()
@@ -72,6 +78,10 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         d.max_cqe,
         d.max_qp_rd_atom
     )?;
+    // The limits, as `ibv_devinfo -v` names them (host_* are per host program).
+    for (name, value) in d.limits.iter() {
+        out!("{name} {value}")?;
+    }
     for (name, _, value) in counters.iter().flat_map(|c| c.iter()) {
         out!("{name} {value}")?;
     }
