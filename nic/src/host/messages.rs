@@ -18,10 +18,11 @@
 //! on it: the NIC destroys their objects.
 //!
 //! Changing the protocol: a new request or answer is a new variant at the end of [`Request`] or
-//! [`Response`] (postcard names a variant by its index), declared once with its fields; types
-//! serde cannot derive take a `#[serde(with = ...)]` from [`super::codec::fields`]. Any change
-//! of what goes on the wire takes a new [`PROTOCOL_VERSION`] (the codec's tests pin the
-//! encoding of every message and say so).
+//! [`Response`] (postcard names a variant by its index), declared once with its fields; a field
+//! of a type serde cannot derive (a descriptor, a type of another crate, a list that needs a
+//! cap) takes a `#[serde(with = ...)]` from [`super::codec::fields`]. The codec's tests then ask
+//! for a sample of the new variant, and, since what goes on the wire changed, for a new
+//! [`PROTOCOL_VERSION`] pinned with the new encoding.
 
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
