@@ -54,7 +54,7 @@ impl Encoded {
 pub enum DecodeError {
     /// Not a message of this protocol: the peer is broken or hostile.
     #[error(transparent)]
-    Malformed(#[from] Malformed),
+    Malformed(Malformed),
     /// A well-formed message whose memory the receiver refused to map.
     #[error(transparent)]
     Refused(VerbsError),
@@ -121,7 +121,7 @@ pub fn decode<T: DeserializeOwned>(
     let malformed = |reason: String| {
         DecodeError::Malformed(Malformed {
             reason,
-            at: bytes.len() - rest,
+            at: bytes.len().saturating_sub(rest),
             len: bytes.len(),
         })
     };
