@@ -147,3 +147,18 @@ pub(crate) fn check_len(layer: Layer, needed: usize, available: usize) -> Result
         Ok(())
     }
 }
+
+/// A field that holds a value that cannot be right.
+pub(crate) fn malformed(
+    layer: Layer,
+    field: &'static str,
+    value: u64,
+    reason: &'static str,
+) -> Error {
+    Error::Malformed {
+        layer,
+        field,
+        value,
+        reason,
+    }
+}
