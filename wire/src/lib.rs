@@ -14,6 +14,8 @@ pub mod atomic_eth;
 mod be;
 pub mod bth;
 pub mod capture;
+pub mod cm;
+pub mod cma;
 pub mod describe;
 pub mod deth;
 mod error;
@@ -27,6 +29,7 @@ pub mod ieth;
 pub mod immdt;
 pub mod ipv4;
 pub mod ipv6;
+pub mod mad;
 pub mod network;
 pub mod opcode;
 pub mod reth;
@@ -39,4 +42,4 @@ pub use frame::{EthernetRepr, Extensions, Frame, FrameRepr, Layout, NetworkRepr,
 pub use opcode::{Headers, Kind, Opcode, Position, Transport};
 
 /// Address types from smoltcp, re-exported so users of this crate need not name smoltcp.
-pub use smoltcp::wire::{EthernetAddress, Ipv4Address, Ipv6Address};
+pub use smoltcp::wire::{EthernetAddress, IpAddress, Ipv4Address, Ipv6Address};

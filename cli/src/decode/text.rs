@@ -4,7 +4,7 @@ use std::io::{self, Write};
 use std::time::Duration;
 
 use roce_wire::capture::Record;
-use roce_wire::describe::{Description, Field};
+use roce_wire::describe::{Description, Field, Value};
 use roce_wire::Error;
 
 use super::link_header_len;
@@ -91,5 +91,30 @@ fn field_line(out: &mut impl Write, field: &Field, frame: &[u8]) -> io::Result<(
     if let Some(bits) = field.bit_pattern(frame) {
         write!(out, "{bits} = ")?;
     }
-    writeln!(out, "{}: {}  [{}]", field.name(), field, field.key())
+    match field.value {
+        Value::Bytes(bytes) if bytes.len() > LONG_BYTES => {
+            writeln!(out, "{}: {}  [{}]", field.name(), long_bytes(bytes), field.key())
+        }
+        _ => writeln!(out, "{}: {}  [{}]", field.name(), field, field.key()),
+    }
+}
+
+/// Byte strings longer than this (a CM message's private data, up to 224 bytes) are shortened
+/// in the tree; `--json` has them whole.
+const LONG_BYTES: usize = 16;
+
+/// The first bytes of a long byte string, and how long it is: `01:02:...:10 … (92 bytes, 40
+/// of them after the last non-zero one)`.
+fn long_bytes(bytes: &[u8]) -> String {
+    let shown = Value::Bytes(&bytes[..LONG_BYTES]);
+    let used = bytes.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+    match bytes.len() - used {
+        0 => format!("{shown} … ({} bytes)", bytes.len()),
+        zeros if used <= LONG_BYTES => format!(
+            "{} ({} bytes, the last {zeros} zero)",
+            Value::Bytes(&bytes[..used.max(1)]),
+            bytes.len()
+        ),
+        zeros => format!("{shown} … ({} bytes, the last {zeros} zero)", bytes.len()),
+    }
 }

@@ -38,6 +38,9 @@ impl fmt::Display for Summary<'_, '_, '_> {
         if let Some(d) = ext.deth {
             write!(f, " Q_Key={:#010x} SrcQP={:#08x}", d.q_key, d.src_qp)?;
         }
+        if super::mad::is_mad(frame) {
+            super::mad::summary(f, frame.payload())?;
+        }
         if let Some(h) = ext.feth {
             write!(
                 f,

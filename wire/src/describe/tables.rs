@@ -39,6 +39,24 @@ pub(super) enum Meaning {
     UdpChecksum,
     /// The ICRC against the one computed (set by the walker: it depends on the packet).
     Icrc(crate::icrc::Check),
+    MgmtClass,
+    MadMethod,
+    CmAttribute,
+    /// A CM service ID: the RDMA CM's port space and port, where it is one.
+    ServiceId,
+    /// The low byte of an RDMA CM port space, as tshark shows it.
+    PortSpaceLow,
+    /// 4.096 µs × 2^value.
+    Timeout,
+    ServiceType,
+    Mtu,
+    RnrRetry,
+    Rate,
+    MraMessage,
+    RejMessage,
+    RejReason,
+    Failover,
+    SidrStatus,
 }
 
 /// Whether a field is part of what a RoCE tool looks at (see [`super::Field::essential`]).
@@ -90,7 +108,7 @@ impl Spec {
 
 /// A row: `spec!(depth, name, key, (at, len, mask), shape, meaning)`.
 macro_rules! spec {
-    ($depth:expr, $name:expr, $key:literal, ($at:expr, $len:expr, $mask:expr), $shape:expr, $meaning:expr) => {
+    ($depth:expr, $name:expr, $key:expr, ($at:expr, $len:expr, $mask:expr), $shape:expr, $meaning:expr) => {
         Spec {
             depth: $depth,
             name: $name,
@@ -104,6 +122,8 @@ macro_rules! spec {
         }
     };
 }
+
+pub(super) use spec;
 
 use Depth::{Detail as D, Essential as E};
 use Meaning as M;
@@ -307,5 +327,9 @@ pub(super) fn all() -> impl Iterator<Item = &'static Spec> {
         &other::ICRC_STATUS,
         &other::ETH_PADDING,
     ];
-    tables.into_iter().flatten().chain(others)
+    tables
+        .into_iter()
+        .flatten()
+        .chain(others)
+        .chain(super::mad_tables::all())
 }
