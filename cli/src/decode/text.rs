@@ -93,7 +93,13 @@ fn field_line(out: &mut impl Write, field: &Field, frame: &[u8]) -> io::Result<(
     }
     match field.value {
         Value::Bytes(bytes) if bytes.len() > LONG_BYTES => {
-            writeln!(out, "{}: {}  [{}]", field.name(), long_bytes(bytes), field.key())
+            writeln!(
+                out,
+                "{}: {}  [{}]",
+                field.name(),
+                long_bytes(bytes),
+                field.key()
+            )
         }
         _ => writeln!(out, "{}: {}  [{}]", field.name(), field, field.key()),
     }
@@ -109,10 +115,11 @@ fn long_bytes(bytes: &[u8]) -> String {
     let shown = Value::Bytes(&bytes[..LONG_BYTES]);
     let used = bytes.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
     match bytes.len() - used {
+        _ if used == 0 => format!("all zero ({} bytes)", bytes.len()),
         0 => format!("{shown} … ({} bytes)", bytes.len()),
         zeros if used <= LONG_BYTES => format!(
             "{} ({} bytes, the last {zeros} zero)",
-            Value::Bytes(&bytes[..used.max(1)]),
+            Value::Bytes(&bytes[..used]),
             bytes.len()
         ),
         zeros => format!("{shown} … ({} bytes, the last {zeros} zero)", bytes.len()),
