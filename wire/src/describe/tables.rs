@@ -169,6 +169,8 @@ pub(super) const IPV4: &[Spec] = &[
 pub(super) const IPV6: &[Spec] = &[
     spec!(D, "Version",        "ipv6.version", (0, 1, 0xf0),     Dec,    NONE),
     spec!(E, "Traffic class",  "ipv6.tclass",  (0, 2, 0x0ff0),   Hex(2), NONE),
+    spec!(E, "DSCP",           "ipv6.tclass.dscp", (0, 2, 0x0fc0), Dec,   NONE),
+    spec!(E, "ECN",            "ipv6.tclass.ecn",  (0, 2, 0x0030), Dec,   M::Ecn),
     spec!(D, "Flow label",     "ipv6.flow",    (1, 3, 0x0f_ffff), Hex(5), NONE),
     spec!(D, "Payload length", "ipv6.plen",    (4, 2, 0),        Dec,    NONE),
     spec!(D, "Next header",    "ipv6.nxt",     (6, 1, 0),        Dec,    M::Fixed("UDP")),

@@ -250,7 +250,7 @@ fn the_summary_reads_like_a_line_of_tshark_with_more_said() {
     let frame = Frame::parse(&bytes).unwrap();
     assert_eq!(
         Description::new(&frame).summary().to_string(),
-        "10.0.0.1 → 10.0.0.2 RC RDMA_READ_REQUEST QP=0x000012 PSN=837 AckReq \
+        "10.0.0.1 → 10.0.0.2 DSCP=26 ECN=ECT(0) RC RDMA_READ_REQUEST QP=0x000012 PSN=837 AckReq \
          VA=0x0000000000001000 R_Key=0x000002b8 DMA_len=65536 ICRC ok"
     );
 
@@ -281,7 +281,7 @@ fn the_summary_reads_like_a_line_of_tshark_with_more_said() {
     assert_eq!(
         description.summary().to_string(),
         format!(
-            "fe80::1 → fe80::2 VLAN=7 UD SEND_ONLY_WITH_IMMEDIATE QP=0x000012 PSN=837 BECN \
+            "fe80::1 → fe80::2 VLAN=7 DSCP=26 UD SEND_ONLY_WITH_IMMEDIATE QP=0x000012 PSN=837 BECN \
              Q_Key=0x80010000 SrcQP=0x000001 Imm=0x01020304 payload=3 \
              ICRC BAD (expected {:#010x}, found {:#010x})",
             check.expected.swap_bytes(),
