@@ -438,3 +438,40 @@ fn a_reader_that_goes_away_ends_the_decode_quietly() {
         assert_eq!(stderr(&output), "", "{args:?}");
     }
 }
+
+#[test]
+fn a_live_capture_on_standard_input_shows_each_packet_as_it_arrives() {
+    use std::io::{BufRead, Write};
+    // The capture's header and first packet, then (once that packet is shown) the second.
+    let bytes = std::fs::read(captures_dir().join("aeth-syndromes.pcap")).expect("reading");
+    let first_end = 24 + 16 + 62;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_roce"))
+        .args(["decode", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("running roce");
+    let mut stdin = child.stdin.take().expect("a pipe");
+    let stdout = child.stdout.take().expect("a pipe");
+    let (lines_tx, lines) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            if lines_tx.send(line.expect("UTF-8")).is_err() {
+                return;
+            }
+        }
+    });
+    stdin.write_all(&bytes[..first_end]).expect("writing");
+    stdin.flush().expect("flushing");
+    let limit = std::time::Duration::from_secs(30);
+    let first = lines
+        .recv_timeout(limit)
+        .expect("the first packet, before any other is sent");
+    assert!(first.starts_with("    1 "), "{first}");
+    stdin.write_all(&bytes[first_end..]).expect("writing");
+    drop(stdin);
+    let rest: Vec<String> = lines.iter().collect();
+    assert!(rest.iter().any(|l| l.starts_with("   16 ")), "{rest:?}");
+    assert!(child.wait().expect("roce ends").success());
+    reader.join().expect("the reader");
+}

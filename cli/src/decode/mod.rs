@@ -19,7 +19,7 @@ use roce_wire::describe::Description;
 use roce_wire::Error;
 
 use crate::Failure;
-use pipeline::{Batch, Input};
+use pipeline::{Batch, Input, Live};
 use tally::Tally;
 
 #[derive(clap::Args)]
@@ -111,11 +111,13 @@ fn open(files: &[PathBuf]) -> Result<Vec<Input<Box<dyn Read>>>, Failure> {
                 if std::mem::replace(&mut stdin_used, true) {
                     return Err(Failure::usage("standard input (-) can be read only once"));
                 }
-                let source: Box<dyn Read> = Box::new(io::stdin().lock());
-                let reader = Reader::new(source).map_err(|e| capture_failure(STDIN, e))?;
+                let (live, before_wait) = Live::new(io::stdin());
+                let reader = Reader::new(Box::new(live) as Box<dyn Read>)
+                    .map_err(|e| capture_failure(STDIN, e))?;
                 return Ok(Input {
                     reader,
                     name: Arc::from(STDIN),
+                    before_wait: Some(before_wait),
                 });
             }
             let name = path.display().to_string();
@@ -126,6 +128,7 @@ fn open(files: &[PathBuf]) -> Result<Vec<Input<Box<dyn Read>>>, Failure> {
             Ok(Input {
                 reader,
                 name: Arc::from(name),
+                before_wait: None,
             })
         })
         .collect()

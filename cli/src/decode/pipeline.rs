@@ -4,15 +4,22 @@
 //! read. A fixed set of batches circulates (reader, worker, writer, back to the reader), so the
 //! reader can never run more than that many batches ahead of the output, and nothing is
 //! allocated per packet once the batches have grown to their working size.
+//!
+//! A live stream (`tcpdump -U -w - | roce decode -`) must not wait for a batch to fill: its
+//! [`Live`] reader hands on what has been read whenever the next read would have to wait.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::io::{self, Write};
+use std::os::fd::AsFd;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
 use crossbeam::channel::{self, Receiver, Sender};
 use roce_wire::capture::{CaptureError, Link, Reader, Record};
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
 
 use super::tally::Tally;
 
@@ -116,11 +123,48 @@ impl Batch {
     }
 }
 
+/// What a [`Live`] reader calls before it waits for more input.
+pub type BeforeWait = Rc<RefCell<Option<Box<dyn FnMut()>>>>;
+
+/// A stream that may keep the reader waiting (standard input from a live capture): before a
+/// read that would wait, it calls the hook the pipeline sets, which sends on the batch read so
+/// far. A file, always ready, never calls it.
+pub struct Live<R: io::Read + AsFd> {
+    inner: R,
+    before_wait: BeforeWait,
+}
+
+impl<R: io::Read + AsFd> Live<R> {
+    pub fn new(inner: R) -> (Live<R>, BeforeWait) {
+        let before_wait = BeforeWait::default();
+        let live = Live {
+            inner,
+            before_wait: before_wait.clone(),
+        };
+        (live, before_wait)
+    }
+}
+
+impl<R: io::Read + AsFd> io::Read for Live<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let mut fds = [PollFd::new(&self.inner, PollFlags::IN)];
+        let ready = poll(&mut fds, Some(&Timespec::default())).map_or(true, |n| n > 0);
+        if !ready {
+            if let Some(hand_on) = self.before_wait.borrow_mut().as_mut() {
+                hand_on();
+            }
+        }
+        self.inner.read(buf)
+    }
+}
+
 /// One capture to decode.
 pub struct Input<R: io::Read> {
     pub reader: Reader<R>,
     /// How the user named it, for headings and messages.
     pub name: Arc<str>,
+    /// For a live stream, the hook through which it hands on what it has before waiting.
+    pub before_wait: Option<BeforeWait>,
 }
 
 /// How the run ended.
@@ -183,6 +227,45 @@ where
     })
 }
 
+/// The batch being filled, and what it takes to hand it on and start the next.
+struct Feeder {
+    batch: Batch,
+    seq: u64,
+    free: Receiver<Batch>,
+    work: Sender<Batch>,
+    /// Set once the writer has stopped: nothing more is read.
+    stopped: bool,
+}
+
+impl Feeder {
+    /// Hands the batch on and starts the next of the same capture (no heading).
+    fn hand_on(&mut self) {
+        if self.stopped {
+            return;
+        }
+        let (file, first) = (self.batch.file.clone(), self.batch.first_time);
+        // Out first, then a free batch in: the writer may be waiting for this one.
+        let full = std::mem::replace(&mut self.batch, Batch::new());
+        if self.work.send(full).is_err() {
+            self.stopped = true;
+            return;
+        }
+        let Ok(next) = self.free.recv() else {
+            self.stopped = true;
+            return;
+        };
+        self.batch = next;
+        self.batch.start(&mut self.seq, file, false, first);
+    }
+
+    /// Hands on what has been read, if anything: for a live stream about to wait.
+    fn hand_on_what_there_is(&mut self) {
+        if !self.batch.records.is_empty() || self.batch.heading {
+            self.hand_on();
+        }
+    }
+}
+
 /// Reads every input into batches for the workers; returns the inputs that ended in damage.
 /// Stops early if the writer stopped (nothing comes back to fill).
 fn read<R: io::Read>(
@@ -192,29 +275,50 @@ fn read<R: io::Read>(
     work: &Sender<Batch>,
 ) -> Vec<(Arc<str>, CaptureError)> {
     let mut damaged = Vec::new();
+    let Ok(mut batch) = free.recv() else {
+        return damaged;
+    };
     let mut seq = 0;
-    for Input { mut reader, name } in inputs {
-        let file = several.then(|| name.clone());
-        let Ok(mut batch) = free.recv() else {
-            return damaged;
-        };
-        batch.start(&mut seq, file.clone(), several, Duration::ZERO);
+    batch.start(&mut seq, None, false, Duration::ZERO);
+    let feeder = Rc::new(RefCell::new(Feeder {
+        batch,
+        seq,
+        free: free.clone(),
+        work: work.clone(),
+        stopped: false,
+    }));
+    for input in inputs {
+        let Input {
+            mut reader,
+            name,
+            before_wait,
+        } = input;
+        {
+            // The batch in hand is empty: the previous capture's last one has gone out.
+            let batch = &mut feeder.borrow_mut().batch;
+            batch.file = several.then(|| name.clone());
+            batch.heading = several;
+            batch.first_time = Duration::ZERO;
+        }
+        if let Some(hook) = &before_wait {
+            let feeder = feeder.clone();
+            *hook.borrow_mut() = Some(Box::new(move || {
+                feeder.borrow_mut().hand_on_what_there_is()
+            }));
+        }
         let mut first_time = None;
         loop {
-            match reader.next_record() {
+            let next = reader.next_record();
+            let mut f = feeder.borrow_mut();
+            if f.stopped {
+                break;
+            }
+            match next {
                 Some(Ok(record)) => {
-                    let first = *first_time.get_or_insert(record.timestamp);
-                    batch.first_time = first;
-                    batch.push(&record);
-                    if batch.full() {
-                        if work.send(batch).is_err() {
-                            return damaged;
-                        }
-                        let Ok(next) = free.recv() else {
-                            return damaged;
-                        };
-                        batch = next;
-                        batch.start(&mut seq, file.clone(), false, first);
+                    f.batch.first_time = *first_time.get_or_insert(record.timestamp);
+                    f.batch.push(&record);
+                    if f.batch.full() {
+                        f.hand_on();
                     }
                 }
                 Some(Err(error)) => {
@@ -224,9 +328,14 @@ fn read<R: io::Read>(
                 None => break,
             }
         }
+        if let Some(hook) = before_wait {
+            hook.borrow_mut().take();
+        }
         // The last batch of a capture goes out even when empty: it may carry the heading.
-        if work.send(batch).is_err() {
-            return damaged;
+        let mut f = feeder.borrow_mut();
+        f.hand_on();
+        if f.stopped {
+            break;
         }
     }
     damaged
@@ -266,6 +375,7 @@ fn write_in_order<W: Write>(
         }
     }
     if error.is_none() {
+        debug_assert!(waiting.is_empty(), "batches numbered with a gap");
         error = out.flush().err();
     }
     (tally, error)

@@ -8,12 +8,13 @@
 //! offsets as IBTA's tables (and Linux's `ibta_vol1_c12.h`) give them, and a `Repr`. [`Repr`]
 //! is a whole CM MAD: the transaction ID and one [`Message`]; [`frame_repr`] is the UD
 //! SEND_ONLY to QP1 that carries one, so a CM agent builds its frames with
-//! `frame_repr(...).emit_with(buf, |mad| cm.emit(mad))`.
+//! `frame_repr(...).emit_with(buf, |mad| cm.emit(mad))`, and [`parse_frame`] reads the
+//! message out of a received frame.
 
 use core::fmt;
 
 use crate::error::{malformed, Error, Layer};
-use crate::frame::{EthernetRepr, Extensions, FrameRepr, NetworkRepr};
+use crate::frame::{EthernetRepr, Extensions, Frame, FrameRepr, NetworkRepr};
 use crate::mad::{self, Class, Method, BASE_VERSION, GSI_QKEY, GSI_QPN, MAD_LEN};
 use crate::opcode::{Kind, Opcode, Transport};
 use crate::{bth, deth};
@@ -494,6 +495,25 @@ impl Repr {
         self.header().emit(&mut packet);
         self.message.emit(packet.data_mut());
     }
+}
+
+/// The CM message a received frame carries: `None` for a frame that is not a datagram to QP1
+/// (not the CM's to handle); `Some(Err)` for one to QP1 that the CM must drop — a Q_Key other
+/// than the GSI's, or a MAD that is not a CM message this crate reads.
+pub fn parse_frame(frame: &Frame) -> Option<Result<Repr, Error>> {
+    let deth = frame.repr.ext.deth?;
+    if frame.repr.bth.dest_qp != GSI_QPN {
+        return None;
+    }
+    if deth.q_key != GSI_QKEY {
+        return Some(Err(malformed(
+            Layer::Deth,
+            "Q_Key",
+            deth.q_key.into(),
+            "a datagram to QP1 must carry the GSI's Q_Key, 0x80010000",
+        )));
+    }
+    Some(mad::Packet::new_checked(frame.payload()).and_then(|packet| Repr::parse(&packet)))
 }
 
 /// The frame that carries one MAD to a peer's GSI: a UD SEND_ONLY to QP1 from QP1, P_Key

@@ -274,4 +274,21 @@ fn a_cm_mad_travels_as_a_ud_send_only_to_qp1() {
     );
     let parsed = Repr::parse(&mad::Packet::new_checked(frame.payload()).unwrap()).unwrap();
     assert_eq!(parsed, cm);
+    assert_eq!(parse_frame(&frame), Some(Ok(cm)));
+
+    // The same datagram to QP 2 is not the CM's; with another Q_Key, QP1 must drop it.
+    let mut other_qp = repr;
+    other_qp.bth.dest_qp = 2;
+    let len = other_qp.emit_with(&mut buf, |mad| cm.emit(mad)).unwrap();
+    assert_eq!(parse_frame(&Frame::parse(&buf[..len]).unwrap()), None);
+    let mut other_key = repr;
+    other_key.ext.deth = Some(deth::Repr {
+        q_key: 0x1234,
+        src_qp: 1,
+    });
+    let len = other_key.emit_with(&mut buf, |mad| cm.emit(mad)).unwrap();
+    assert!(matches!(
+        parse_frame(&Frame::parse(&buf[..len]).unwrap()),
+        Some(Err(Error::Malformed { field: "Q_Key", .. }))
+    ));
 }
