@@ -1,5 +1,6 @@
 //! RoCEv2 on the wire: zero-copy views and representations of every InfiniBand transport header,
-//! the opcode table, whole frames over Ethernet/IP/UDP and the ICRC.
+//! the opcode table, whole frames over Ethernet/IP/UDP and the ICRC, and the management
+//! datagrams on QP1 that carry the connection manager ([`mad`], [`cm`], [`cma`]).
 //!
 //! Each header module follows smoltcp's `wire` style: a `Packet<T: AsRef<[u8]>>` view with
 //! byte-range `field` constants and accessors (setters when `T: AsMut<[u8]>`), and a `Repr` with

@@ -104,8 +104,49 @@ fn number(line: &mut Vec<u8>, n: u64) {
     } else if n < 100 {
         line.extend_from_slice(&[b'0' + (n / 10) as u8, b'0' + (n % 10) as u8]);
     } else {
-        line.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+        digits(line, n, decimal_digits(n));
     }
+}
+
+/// How many decimal digits `n` has (at least 1).
+#[inline(always)]
+fn decimal_digits(n: u64) -> usize {
+    let mut count = 1;
+    let mut bound = 10u64;
+    while count < 20 && n >= bound {
+        count += 1;
+        bound = bound.wrapping_mul(10);
+    }
+    count
+}
+
+/// The two-digit strings "00" to "99", end to end.
+const PAIRS: &[u8; 200] = b"\
+0001020304050607080910111213141516171819\
+2021222324252627282930313233343536373839\
+4041424344454647484950515253545556575859\
+6061626364656667686970717273747576777879\
+8081828384858687888990919293949596979899";
+
+/// Appends the last `count` decimal digits of `n`, with leading zeros if it has fewer. The
+/// digits are written in place into room added with a fixed-size copy: no call to memcpy for a
+/// copy of a length known only at run time, which is what a number per field would cost.
+#[inline(always)]
+fn digits(line: &mut Vec<u8>, mut n: u64, count: usize) {
+    let at = line.len();
+    line.extend_from_slice(&[b'0'; 20]);
+    let out = &mut line[at..at + count];
+    let mut end = count;
+    while end >= 2 {
+        let pair = (n % 100) as usize * 2;
+        n /= 100;
+        out[end - 2..end].copy_from_slice(&PAIRS[pair..pair + 2]);
+        end -= 2;
+    }
+    if end == 1 {
+        out[0] = b'0' + (n % 10) as u8;
+    }
+    line.truncate(at + count);
 }
 
 /// Appends each field as a JSON entry, and the opcode's name after the opcode (the BTH's first
@@ -143,10 +184,7 @@ fn epoch(line: &mut Vec<u8>, t: Duration) {
     line.push(b'"');
     number(line, t.as_secs());
     line.push(b'.');
-    // Nine digits with leading zeros: those of 1_000_000_000 + nanos, after its leading 1.
-    let mut digits = itoa::Buffer::new();
-    let digits = digits.format(1_000_000_000 + t.subsec_nanos()).as_bytes();
-    line.extend_from_slice(&digits[1..]);
+    digits(line, t.subsec_nanos().into(), 9);
     line.push(b'"');
 }
 
@@ -254,6 +292,34 @@ mod tests {
             }
         }
         assert!(packets > 200, "only {packets} packets");
+    }
+
+    #[test]
+    fn numbers_are_written_as_decimal_without_leading_zeros() {
+        for n in [
+            0,
+            9,
+            10,
+            99,
+            100,
+            101,
+            999,
+            1000,
+            65535,
+            4_294_967_295,
+            u64::MAX,
+            10u64.pow(19),
+        ]
+        .into_iter()
+        .chain((0..2000).map(|i| i * 7919))
+        {
+            let mut line = b"x".to_vec();
+            number(&mut line, n);
+            assert_eq!(line, format!("x{n}").into_bytes());
+        }
+        let mut line = Vec::new();
+        epoch(&mut line, Duration::new(1_700_000_000, 42));
+        assert_eq!(line, b"\"1700000000.000000042\"");
     }
 
     #[test]

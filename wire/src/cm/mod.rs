@@ -149,6 +149,12 @@ pub use path::Path;
 /// The CM's class version (IBTA 1.2 and later).
 pub const CLASS_VERSION: u8 = 2;
 
+/// A CM time (a response timeout, a service timeout, the local ACK timeout, the target ACK
+/// delay): 4.096 µs × 2^`exponent`, the 5-bit code the messages carry (31 is about 2.4 hours).
+pub const fn timeout(exponent: u8) -> core::time::Duration {
+    core::time::Duration::from_nanos(4096u64 << (exponent & 0x1f))
+}
+
 /// The bits of `mask` in `byte`, shifted down.
 pub(crate) fn get_bits(byte: u8, mask: u8) -> u8 {
     (byte & mask) >> mask.trailing_zeros()

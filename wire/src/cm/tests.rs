@@ -230,6 +230,14 @@ fn other_classes_methods_and_attributes_are_refused() {
 }
 
 #[test]
+fn cm_times_are_4096_ns_times_a_power_of_two() {
+    assert_eq!(timeout(0), core::time::Duration::from_nanos(4096));
+    // Linux's CMA_CM_RESPONSE_TIMEOUT, 20: about 4.3 s.
+    assert_eq!(timeout(20).as_millis(), 4294);
+    assert_eq!(timeout(31), timeout(31 + 32));
+}
+
+#[test]
 fn private_data_that_does_not_fit_is_refused() {
     assert!(PrivateData::<4>::from_slice(&[1; 5]).is_err());
     let data = PrivateData::<4>::from_slice(&[1, 0, 2]).unwrap();

@@ -4,7 +4,6 @@
 //! path's GIDs as IPv4 addresses in an IPv4 frame; the header's addresses by its IP version).
 
 use core::fmt;
-use core::time::Duration;
 
 use super::mad_tables as t;
 use super::tables::Spec;
@@ -146,8 +145,7 @@ pub(super) fn summary(f: &mut fmt::Formatter<'_>, mad_bytes: &[u8]) -> fmt::Resu
         }
         Message::Mra(r) => {
             ids(f, r.local_comm_id, r.remote_comm_id)?;
-            let timeout =
-                Words::Timeout(Duration::from_nanos(4096u64 << (r.service_timeout & 0x1f)));
+            let timeout = Words::Timeout(cm::timeout(r.service_timeout));
             let of = ["REQ", "REP", "LAP", "reserved"][usize::from(r.message_mraed.to_bits())];
             write!(f, " of {of}, answer within {timeout}")
         }

@@ -2,7 +2,6 @@
 //! fields no table can hold (IPv4 options, payload, pad, ICRC, Ethernet padding) are made here.
 
 use core::ops::Range;
-use core::time::Duration;
 
 use super::tables::{self, other, Depth, Meaning, Shape, Spec};
 use super::{wire_order, Base, Field, Value, Words};
@@ -368,7 +367,7 @@ pub(super) fn words(meaning: Meaning, n: u64) -> Words {
             _ => "unknown",
         }),
         // 4.096 µs × 2^n, for the 5-bit codes (31 is about 2.5 hours).
-        Meaning::Timeout => Words::Timeout(Duration::from_nanos(4096u64 << (n & 0x1f))),
+        Meaning::Timeout => Words::Timeout(crate::cm::timeout(byte)),
         Meaning::ServiceType => Words::Text(crate::cm::ServiceType::from_bits(byte).name()),
         Meaning::Mtu => Words::Text(match n {
             1 => "256 bytes",
