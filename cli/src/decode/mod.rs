@@ -23,11 +23,6 @@ use pipeline::{Batch, Input, Live};
 use tally::Tally;
 
 #[derive(clap::Args)]
-#[command(after_long_help = "Examples:
-  roce decode capture.pcap
-  roce decode -v --strict capture.pcapng
-  tcpdump -i eth0 -w - udp port 4791 | roce decode -
-  roce decode --json capture.pcap | jq 'select(.\"roce.bth.opcode_name\" == \"RC ACKNOWLEDGE\")'")]
 pub struct Args {
     /// Show every field with its byte offsets (hex, as the demo shows them), bits and tshark
     /// name (the teaching view); with --json, put every field in the JSON rather than the

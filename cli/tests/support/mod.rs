@@ -58,6 +58,27 @@ impl Env {
         }
     }
 
+    /// The subcommands `roce PATH --help` lists (without `help`).
+    pub fn subcommands(&self, path: &[&str]) -> Vec<String> {
+        let mut args = path.to_vec();
+        args.push("--help");
+        self.run(&args)
+            .stdout
+            .lines()
+            .skip_while(|l| !l.starts_with("Commands:"))
+            .skip(1)
+            .take_while(|l| l.starts_with("  "))
+            .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+            .filter(|c| c != "help")
+            .collect()
+    }
+
+    /// Starts `roce ARGS` (owned words) as a [`Proc`].
+    pub fn spawn(&self, args: &[String], piped_stdin: bool) -> Proc {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Proc::spawn(self.roce(&args), piped_stdin)
+    }
+
     /// Starts a NIC and waits for its ready line.
     pub fn nic(&self, nic: &Nic) -> Proc {
         let mut args = vec![
@@ -68,7 +89,7 @@ impl Env {
             nic.ip.clone(),
             "--link".into(),
             nic.link.clone(),
-            "--mtu".into(),
+            "--link-mtu".into(),
             nic.mtu.to_string(),
         ];
         for n in &nic.neighbours {
@@ -259,6 +280,18 @@ impl Proc {
         }
     }
 
+    /// The next stdout line within `timeout`, if one came (it is kept in [`Proc::seen`]).
+    pub fn try_line(&mut self, timeout: Duration) -> Option<String> {
+        let line = self.lines.recv_timeout(timeout).ok()?;
+        self.seen.push(line.clone());
+        Some(line)
+    }
+
+    /// The stdout lines read so far by [`Proc::expect`] and [`Proc::try_line`].
+    pub fn seen(&self) -> &[String] {
+        &self.seen
+    }
+
     /// The lines printed from now until the process exits.
     pub fn drain_stdout(&mut self) -> String {
         let mut out = String::new();
@@ -371,6 +404,26 @@ pub fn eventually(what: &str, cond: impl Fn() -> bool) {
 
 pub fn shm_exists(name: &str) -> bool {
     Path::new(&format!("/dev/shm/roce-{name}")).exists()
+}
+
+/// Whether the process `pid` maps the memfd `roce-<name>` (a NIC's ring or doorbell, which
+/// live in memfds, not in /dev/shm).
+pub fn maps_memfd(pid: i32, name: &str) -> bool {
+    let needle = format!("/memfd:roce-{name} ");
+    std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|maps| maps.contains(&needle))
+}
+
+/// The files in /dev/shm whose names start with `roce-<prefix>`.
+pub fn shm_files(prefix: &str) -> Vec<String> {
+    let prefix = format!("roce-{prefix}");
+    std::fs::read_dir("/dev/shm")
+        .map(|dir| {
+            dir.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(&prefix))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// A region name that is removed when the test ends, however it ends (a killed process cannot
