@@ -13,10 +13,6 @@ use super::PrivateData;
 
 fixed_header_view!(Layer::Cm, crate::mad::DATA_LEN);
 
-const PRIVATE_DATA: usize = 12;
-/// Bytes of private data a DREQ carries.
-pub const PRIVATE_DATA_LEN: usize = 220;
-
 message_fields! {
     local_comm_id / set_local_comm_id: u32(0);
     remote_comm_id / set_remote_comm_id: u32(4);
@@ -24,17 +20,7 @@ message_fields! {
     remote_qpn / set_remote_qpn: u24(8);
 }
 
-impl<T: AsRef<[u8]>> Packet<T> {
-    pub fn private_data(&self) -> &[u8] {
-        &self.bytes()[PRIVATE_DATA..PRIVATE_DATA + PRIVATE_DATA_LEN]
-    }
-}
-
-impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
-    pub fn private_data_mut(&mut self) -> &mut [u8] {
-        &mut self.bytes_mut()[PRIVATE_DATA..PRIVATE_DATA + PRIVATE_DATA_LEN]
-    }
-}
+private_data!(12, 220);
 
 /// A parsed DREQ.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]

@@ -68,6 +68,27 @@ macro_rules! message_fields {
     (@set $b:expr, $v:expr, gid, $at:expr) => { $b[$at..$at + 16].copy_from_slice(&$v.octets()) };
 }
 
+/// A message's private data: `PRIVATE_DATA_LEN` bytes from `$at` of the MAD data, and the
+/// view's accessors for them.
+macro_rules! private_data {
+    ($at:expr, $len:expr) => {
+        /// Bytes of private data the message carries.
+        pub const PRIVATE_DATA_LEN: usize = $len;
+
+        impl<T: AsRef<[u8]>> Packet<T> {
+            pub fn private_data(&self) -> &[u8] {
+                &self.bytes()[$at..$at + PRIVATE_DATA_LEN]
+            }
+        }
+
+        impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
+            pub fn private_data_mut(&mut self) -> &mut [u8] {
+                &mut self.bytes_mut()[$at..$at + PRIVATE_DATA_LEN]
+            }
+        }
+    };
+}
+
 /// The whole of a message that holds nothing but the two communication IDs and 224 bytes of
 /// private data (RTU and DREP): its view and its `Repr`.
 macro_rules! ids_and_private_data_message {
@@ -79,26 +100,12 @@ macro_rules! ids_and_private_data_message {
 
         fixed_header_view!(Layer::Cm, crate::mad::DATA_LEN);
 
-        const PRIVATE_DATA: usize = 8;
-        /// Bytes of private data the message carries.
-        pub const PRIVATE_DATA_LEN: usize = 224;
-
         message_fields! {
             local_comm_id / set_local_comm_id: u32(0);
             remote_comm_id / set_remote_comm_id: u32(4);
         }
 
-        impl<T: AsRef<[u8]>> Packet<T> {
-            pub fn private_data(&self) -> &[u8] {
-                &self.bytes()[PRIVATE_DATA..PRIVATE_DATA + PRIVATE_DATA_LEN]
-            }
-        }
-
-        impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
-            pub fn private_data_mut(&mut self) -> &mut [u8] {
-                &mut self.bytes_mut()[PRIVATE_DATA..PRIVATE_DATA + PRIVATE_DATA_LEN]
-            }
-        }
+        private_data!(8, 224);
 
         /// A parsed message.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]

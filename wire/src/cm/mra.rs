@@ -15,10 +15,6 @@ use super::{MessageKind, PrivateData};
 
 fixed_header_view!(Layer::Cm, crate::mad::DATA_LEN);
 
-const PRIVATE_DATA: usize = 10;
-/// Bytes of private data an MRA carries.
-pub const PRIVATE_DATA_LEN: usize = 222;
-
 message_fields! {
     local_comm_id / set_local_comm_id: u32(0);
     remote_comm_id / set_remote_comm_id: u32(4);
@@ -28,17 +24,7 @@ message_fields! {
     service_timeout / set_service_timeout: bits(9, 0xf8);
 }
 
-impl<T: AsRef<[u8]>> Packet<T> {
-    pub fn private_data(&self) -> &[u8] {
-        &self.bytes()[PRIVATE_DATA..PRIVATE_DATA + PRIVATE_DATA_LEN]
-    }
-}
-
-impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
-    pub fn private_data_mut(&mut self) -> &mut [u8] {
-        &mut self.bytes_mut()[PRIVATE_DATA..PRIVATE_DATA + PRIVATE_DATA_LEN]
-    }
-}
+private_data!(10, 222);
 
 /// A parsed MRA.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

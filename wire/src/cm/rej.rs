@@ -21,13 +21,10 @@ fixed_header_view!(Layer::Cm, crate::mad::DATA_LEN);
 
 mod field {
     pub const ARI: usize = 12;
-    pub const PRIVATE_DATA: usize = 84;
 }
 
 /// Bytes of additional reject information a REJ has room for.
 pub const ARI_LEN: usize = 72;
-/// Bytes of private data a REJ carries.
-pub const PRIVATE_DATA_LEN: usize = 148;
 
 message_fields! {
     local_comm_id / set_local_comm_id: u32(0);
@@ -39,21 +36,17 @@ message_fields! {
     reason / set_reason: u16(10);
 }
 
+private_data!(84, 148);
+
 impl<T: AsRef<[u8]>> Packet<T> {
     pub fn ari(&self) -> &[u8] {
         &self.bytes()[field::ARI..field::ARI + ARI_LEN]
-    }
-    pub fn private_data(&self) -> &[u8] {
-        &self.bytes()[field::PRIVATE_DATA..field::PRIVATE_DATA + PRIVATE_DATA_LEN]
     }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     pub fn ari_mut(&mut self) -> &mut [u8] {
         &mut self.bytes_mut()[field::ARI..field::ARI + ARI_LEN]
-    }
-    pub fn private_data_mut(&mut self) -> &mut [u8] {
-        &mut self.bytes_mut()[field::PRIVATE_DATA..field::PRIVATE_DATA + PRIVATE_DATA_LEN]
     }
 }
 

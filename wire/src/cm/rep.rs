@@ -18,10 +18,6 @@ use super::PrivateData;
 
 fixed_header_view!(Layer::Cm, crate::mad::DATA_LEN);
 
-const PRIVATE_DATA: usize = 36;
-/// Bytes of private data a REP carries.
-pub const PRIVATE_DATA_LEN: usize = 196;
-
 message_fields! {
     local_comm_id / set_local_comm_id: u32(0);
     /// The REQ's local communication ID.
@@ -41,17 +37,7 @@ message_fields! {
     local_ca_guid / set_local_ca_guid: u64(28);
 }
 
-impl<T: AsRef<[u8]>> Packet<T> {
-    pub fn private_data(&self) -> &[u8] {
-        &self.bytes()[PRIVATE_DATA..PRIVATE_DATA + PRIVATE_DATA_LEN]
-    }
-}
-
-impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
-    pub fn private_data_mut(&mut self) -> &mut [u8] {
-        &mut self.bytes_mut()[PRIVATE_DATA..PRIVATE_DATA + PRIVATE_DATA_LEN]
-    }
-}
+private_data!(36, 196);
 
 /// A parsed REP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

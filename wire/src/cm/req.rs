@@ -27,11 +27,7 @@ fixed_header_view!(Layer::Cm, crate::mad::DATA_LEN);
 mod field {
     pub const PRIMARY_PATH: usize = 52;
     pub const ALTERNATE_PATH: usize = 96;
-    pub const PRIVATE_DATA: usize = 140;
 }
-
-/// Bytes of private data a REQ carries.
-pub const PRIVATE_DATA_LEN: usize = 92;
 
 message_fields! {
     /// The sender's handle for this connection; the REP echoes it as the remote ID.
@@ -64,15 +60,14 @@ message_fields! {
     sap_supported / set_sap_supported: flag(139, 0x04);
 }
 
+private_data!(140, 92);
+
 impl<T: AsRef<[u8]>> Packet<T> {
     pub fn primary_path(&self) -> Path {
         Path::read(&self.bytes()[field::PRIMARY_PATH..field::PRIMARY_PATH + path::LEN])
     }
     pub fn alternate_path(&self) -> Path {
         Path::read(&self.bytes()[field::ALTERNATE_PATH..field::ALTERNATE_PATH + path::LEN])
-    }
-    pub fn private_data(&self) -> &[u8] {
-        &self.bytes()[field::PRIVATE_DATA..field::PRIVATE_DATA + PRIVATE_DATA_LEN]
     }
 }
 
@@ -85,9 +80,6 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     pub fn set_alternate_path(&mut self, value: &Path) {
         let at = field::ALTERNATE_PATH;
         value.write(&mut self.bytes_mut()[at..at + path::LEN])
-    }
-    pub fn private_data_mut(&mut self) -> &mut [u8] {
-        &mut self.bytes_mut()[field::PRIVATE_DATA..field::PRIVATE_DATA + PRIVATE_DATA_LEN]
     }
 }
 

@@ -18,13 +18,10 @@ fixed_header_view!(Layer::Cm, crate::mad::DATA_LEN);
 
 mod field {
     pub const INFO: usize = 24;
-    pub const PRIVATE_DATA: usize = 96;
 }
 
 /// Bytes of additional information a SIDR_REP has room for.
 pub const INFO_LEN: usize = 72;
-/// Bytes of private data a SIDR_REP carries.
-pub const PRIVATE_DATA_LEN: usize = 136;
 
 message_fields! {
     request_id / set_request_id: u32(0);
@@ -35,21 +32,17 @@ message_fields! {
     q_key / set_q_key: u32(20);
 }
 
+private_data!(96, 136);
+
 impl<T: AsRef<[u8]>> Packet<T> {
     pub fn additional_info(&self) -> &[u8] {
         &self.bytes()[field::INFO..field::INFO + INFO_LEN]
-    }
-    pub fn private_data(&self) -> &[u8] {
-        &self.bytes()[field::PRIVATE_DATA..field::PRIVATE_DATA + PRIVATE_DATA_LEN]
     }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     pub fn additional_info_mut(&mut self) -> &mut [u8] {
         &mut self.bytes_mut()[field::INFO..field::INFO + INFO_LEN]
-    }
-    pub fn private_data_mut(&mut self) -> &mut [u8] {
-        &mut self.bytes_mut()[field::PRIVATE_DATA..field::PRIVATE_DATA + PRIVATE_DATA_LEN]
     }
 }
 

@@ -13,10 +13,6 @@ use super::PrivateData;
 
 fixed_header_view!(Layer::Cm, crate::mad::DATA_LEN);
 
-const PRIVATE_DATA: usize = 16;
-/// Bytes of private data a SIDR_REQ carries.
-pub const PRIVATE_DATA_LEN: usize = 216;
-
 message_fields! {
     /// The requester's handle, echoed by the SIDR_REP.
     request_id / set_request_id: u32(0);
@@ -24,17 +20,7 @@ message_fields! {
     service_id / set_service_id: u64(8);
 }
 
-impl<T: AsRef<[u8]>> Packet<T> {
-    pub fn private_data(&self) -> &[u8] {
-        &self.bytes()[PRIVATE_DATA..PRIVATE_DATA + PRIVATE_DATA_LEN]
-    }
-}
-
-impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
-    pub fn private_data_mut(&mut self) -> &mut [u8] {
-        &mut self.bytes_mut()[PRIVATE_DATA..PRIVATE_DATA + PRIVATE_DATA_LEN]
-    }
-}
+private_data!(16, 216);
 
 /// A parsed SIDR_REQ.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
