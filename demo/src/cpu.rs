@@ -29,6 +29,9 @@ pub enum Whom {
 pub struct CpuUse {
     /// utime + stime, in clock ticks.
     pub ticks: u64,
+    /// utime and stime apart: in the program, and in the kernel on its behalf.
+    pub user_ticks: u64,
+    pub system_ticks: u64,
     /// Time on a CPU by the scheduler's count.
     pub on_cpu: Duration,
     pub voluntary_switches: u64,
@@ -38,12 +41,17 @@ pub struct CpuUse {
 impl CpuUse {
     /// utime + stime in seconds.
     pub fn seconds(&self) -> f64 {
-        self.ticks as f64 / procfs::ticks_per_second() as f64
+        ticks_to_seconds(self.ticks)
     }
 
     pub fn switches(&self) -> (u64, u64) {
         (self.voluntary_switches, self.involuntary_switches)
     }
+}
+
+/// Clock ticks (of utime and stime) in seconds.
+pub fn ticks_to_seconds(ticks: u64) -> f64 {
+    ticks as f64 / procfs::ticks_per_second() as f64
 }
 
 fn proc_error(e: procfs::ProcError) -> DemoError {
@@ -58,6 +66,8 @@ pub fn measure(whom: Whom) -> Result<CpuUse, DemoError> {
             let stat = process.stat().map_err(proc_error)?;
             let mut total = CpuUse {
                 ticks: stat.utime + stat.stime,
+                user_ticks: stat.utime,
+                system_ticks: stat.stime,
                 on_cpu: Duration::ZERO,
                 voluntary_switches: 0,
                 involuntary_switches: 0,
@@ -87,10 +97,27 @@ fn task_use(task: &Task) -> Result<CpuUse, DemoError> {
     let schedstat = task.schedstat().map_err(proc_error)?;
     Ok(CpuUse {
         ticks: stat.utime + stat.stime,
+        user_ticks: stat.utime,
+        system_ticks: stat.stime,
         on_cpu: Duration::from_nanos(schedstat.sum_exec_runtime),
         voluntary_switches: status.voluntary_ctxt_switches.unwrap_or(0),
         involuntary_switches: status.nonvoluntary_ctxt_switches.unwrap_or(0),
     })
+}
+
+/// The thread of this process named `name` (as `/proc/self/task/*/comm` shows it: cut to 15
+/// bytes), if there is one.
+pub fn thread_named(name: &str) -> Option<i32> {
+    let name = &name.as_bytes()[..name.len().min(15)];
+    Process::myself()
+        .and_then(|me| me.tasks())
+        .ok()?
+        .flatten()
+        .find(|task| {
+            std::fs::read(format!("/proc/self/task/{}/comm", task.tid))
+                .is_ok_and(|comm| comm.strip_suffix(b"\n").unwrap_or(&comm) == name)
+        })
+        .map(|task| task.tid)
 }
 
 /// The state (`R`, `S`, `T`...) of each thread of `whom`; empty if it is gone.
@@ -225,6 +252,26 @@ mod tests {
         assert!(samples
             .windows(2)
             .all(|w| w[0].at <= w[1].at && w[0].on_cpu <= w[1].on_cpu));
+    }
+
+    #[test]
+    fn threads_are_found_by_name() {
+        let (tid_tx, tid_rx) = mpsc::channel();
+        let (end_tx, end_rx) = mpsc::channel::<()>();
+        let named = std::thread::Builder::new()
+            .name("cpu-test-a-long-thread-name".into())
+            .spawn(move || {
+                tid_tx
+                    .send(rustix::thread::gettid().as_raw_nonzero().get())
+                    .unwrap();
+                let _ = end_rx.recv();
+            })
+            .unwrap();
+        let tid = tid_rx.recv().unwrap();
+        assert_eq!(thread_named("cpu-test-a-long-thread-name"), Some(tid));
+        assert_eq!(thread_named("no-such-thread"), None);
+        drop(end_tx);
+        named.join().unwrap();
     }
 
     #[test]

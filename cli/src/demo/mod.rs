@@ -34,9 +34,14 @@ pub struct Args {
     #[arg(long)]
     in_process: bool,
     /// Move this many bytes (K, M, G suffixes, up to 2G) instead of the scenario's sentence;
-    /// shows progress and the achieved Gbit/s (write, read, send and imm).
+    /// shows progress and the achieved Gbit/s (write, read, send and imm). For tcp-vs-rdma the
+    /// bytes sent both ways (default 64M), for allreduce each host's vector of floats (default
+    /// 4M).
     #[arg(long, value_name = "SIZE")]
     size: Option<String>,
+    /// The hosts in the allreduce ring, each with its own NIC: 2 to 16 (default 4).
+    #[arg(long, value_name = "N")]
+    hosts: Option<usize>,
     /// Write every frame on the wire to this pcap file, for Wireshark.
     #[arg(long, value_name = "FILE")]
     pcap: Option<PathBuf>,
@@ -57,14 +62,15 @@ pub struct Args {
 #[derive(Clone, Copy)]
 struct ScenarioArg(Scenario);
 
-const SCENARIOS: [ScenarioArg; 6] = [
-    ScenarioArg(Scenario::ALL[0]),
-    ScenarioArg(Scenario::ALL[1]),
-    ScenarioArg(Scenario::ALL[2]),
-    ScenarioArg(Scenario::ALL[3]),
-    ScenarioArg(Scenario::ALL[4]),
-    ScenarioArg(Scenario::ALL[5]),
-];
+const SCENARIOS: [ScenarioArg; Scenario::ALL.len()] = {
+    let mut all = [ScenarioArg(Scenario::Write); Scenario::ALL.len()];
+    let mut i = 0;
+    while i < all.len() {
+        all[i] = ScenarioArg(Scenario::ALL[i]);
+        i += 1;
+    }
+    all
+};
 
 impl clap::ValueEnum for ScenarioArg {
     fn value_variants<'a>() -> &'a [ScenarioArg] {
@@ -104,6 +110,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         scenario: args.scenario.0,
         mode,
         size,
+        hosts: args.hosts,
         pcap: args.pcap,
         html: args.html,
     };

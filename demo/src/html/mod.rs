@@ -22,7 +22,7 @@ use crate::rig::Layout;
 use crate::story::Beat;
 use crate::{text, Scenario};
 
-const CSS: &str = r#"
+pub(crate) const CSS: &str = r#"
 body { font-family: system-ui, sans-serif; margin: 24px auto; max-width: 940px; color: #1d1d1f; background: #fff; }
 h1 { font-size: 26px; margin-bottom: 4px; }
 h2 { font-size: 19px; margin-top: 28px; border-bottom: 1px solid #ddd; padding-bottom: 4px; }

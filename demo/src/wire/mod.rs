@@ -39,7 +39,7 @@ pub struct Brief {
 }
 
 impl Brief {
-    fn of(frame: &[u8]) -> Option<Brief> {
+    pub fn of(frame: &[u8]) -> Option<Brief> {
         let frame = Frame::parse(frame).ok()?;
         let bth = frame.repr.bth;
         Some(Brief {

@@ -1,0 +1,322 @@
+//! The page of `allreduce`: the ring with the bytes each link carried, every step's transfers
+//! as a table and as a timeline (a lane per host: each WRITE from its post to its completion,
+//! each add), each host's CPU time split between adding and moving beside its NIC's, then the
+//! narration.
+//!
+//! Stable ids and classes for scripts and tests: `#ring .link[data-from][data-to][data-bytes]`,
+//! `#steps`, `#ring-timeline .transfer[data-host][data-phase][data-step]`, `#cpu-split
+//! .part[data-host][data-part][data-ns]`, `#transcript`; the body's `data-rendered` says, once
+//! laid out, how many of them have a size.
+
+use std::f64::consts::PI;
+use std::time::Duration;
+
+use maud::{html, Markup, PreEscaped, DOCTYPE};
+
+use super::host::StepReport;
+use super::ring::Phase;
+use super::Record;
+use crate::html::CSS;
+use crate::story::Beat;
+use crate::text;
+
+const EXTRA_CSS: &str = r#"
+.host-node { fill: #eef1f4; stroke: #555; stroke-width: 2; }
+.link { stroke: #1f6feb; stroke-width: 3; fill: none; }
+.head { fill: #1f6feb; }
+.transfer.reduce-scatter { fill: #1f6feb; } .transfer.all-gather { fill: #1a7f37; }
+.adding { fill: #cf222e; }
+.part.adding { fill: #cf222e; } .part.moving { fill: #bf8700; } .part.rest { fill: #8c959f; }
+.part.nic { fill: #1f6feb; }
+table.steps { border-collapse: collapse; font-family: ui-monospace, monospace; font-size: 12px; }
+table.steps td, table.steps th { border: 1px solid #ddd; padding: 3px 6px; text-align: left; }
+.legend .reduce-scatter i { background: #1f6feb; } .legend .all-gather i { background: #1a7f37; }
+.legend .adding i { background: #cf222e; } .legend .moving i { background: #bf8700; }
+.legend .rest i { background: #8c959f; } .legend .nic i { background: #1f6feb; }
+"#;
+
+/// Reports, once laid out, how many links, transfers and CPU parts have a size.
+const CHECK: &str = r#"
+window.addEventListener('load', function () {
+  function drawn(el) { var b = el.getBBox(); return b.width > 0 || b.height > 0; }
+  function count(sel) { return Array.prototype.filter.call(document.querySelectorAll(sel), drawn).length; }
+  document.body.setAttribute('data-rendered', 'links=' + count('#ring .link') +
+    ' transfers=' + count('#ring-timeline .transfer') + ' parts=' + count('#cpu-split .part'));
+});
+"#;
+
+const WIDTH: f64 = 900.0;
+const LANE: f64 = 26.0;
+const PLOT_X: f64 = 90.0;
+const PLOT_W: f64 = 780.0;
+
+/// What the page is made of.
+pub struct Page<'a> {
+    pub record: &'a Record,
+    pub beats: &'a [Beat],
+}
+
+fn ms(ns: u64) -> String {
+    format!("{:.2} ms", ns as f64 / 1e6)
+}
+
+/// The hosts on a circle, an arrow from each to the next with the bytes the relay counted.
+fn ring(record: &Record) -> Markup {
+    let n = record.ring.hosts;
+    let (cx, cy, radius) = (WIDTH / 2.0, 190.0, 140.0);
+    let at = |rank: usize| {
+        let angle = -PI / 2.0 + 2.0 * PI * rank as f64 / n as f64;
+        (cx + radius * angle.cos(), cy + radius * angle.sin())
+    };
+    html! {
+        svg #ring xmlns="http://www.w3.org/2000/svg" width=(WIDTH) height="390"
+            viewBox=(format!("0 0 {WIDTH} 390")) role="img" aria-label="the ring of hosts" {
+            @for rank in 0..n {
+                @let next = record.ring.next(rank);
+                @let ((x1, y1), (x2, y2)) = (at(rank), at(next));
+                // Shortened to the nodes' edges, and bent a little so that two hosts' links
+                // both show.
+                @let (dx, dy) = (x2 - x1, y2 - y1);
+                @let len = (dx * dx + dy * dy).sqrt().max(1.0);
+                @let (ux, uy) = (dx / len, dy / len);
+                @let (sx, sy, ex, ey) = (x1 + ux * 30.0, y1 + uy * 30.0, x2 - ux * 34.0, y2 - uy * 34.0);
+                @let (mx, my) = ((sx + ex) / 2.0 + uy * 22.0, (sy + ey) / 2.0 - ux * 22.0);
+                @let link = record.seen.link(rank, next);
+                path class="link" data-from=(rank) data-to=(next) data-bytes=(link.payload)
+                    d=(format!("M {sx:.1} {sy:.1} Q {mx:.1} {my:.1} {ex:.1} {ey:.1}")) {
+                    title { (format!("host {rank} → host {next}: {} bytes in {} frames", link.payload, link.frames)) }
+                }
+                circle.head cx=(format!("{ex:.1}")) cy=(format!("{ey:.1}")) r="4" {}
+                text.axis x=(format!("{:.1}", mx + uy * 14.0)) y=(format!("{:.1}", my - ux * 14.0)) text-anchor="middle" {
+                    (format!("{} B", link.payload))
+                }
+            }
+            @for (rank, host) in record.hosts.iter().enumerate() {
+                @let (x, y) = at(rank);
+                circle.host-node cx=(format!("{x:.1}")) cy=(format!("{y:.1}")) r="28" {
+                    title { (format!("host {rank}: {}", host.label)) }
+                }
+                text.lane-name x=(format!("{x:.1}")) y=(format!("{:.1}", y + 5.0)) text-anchor="middle" {
+                    (format!("host {rank}"))
+                }
+            }
+        }
+    }
+}
+
+/// A table: a row per step, a column per host, what it sent and when.
+fn steps(record: &Record) -> Markup {
+    let start = record
+        .hosts
+        .iter()
+        .map(|h| h.report.started_us)
+        .min()
+        .unwrap_or(0);
+    let ring = record.ring;
+    html! {
+        table.steps #steps {
+            tr {
+                th { "step" }
+                @for rank in 0..ring.hosts { th { "host " (rank) " → " (ring.next(rank)) } }
+            }
+            @for (phase, step) in ring.schedule() {
+                tr {
+                    td { (phase.name()) " " (step + 1) }
+                    @for host in &record.hosts {
+                        @if let Some(s) = find(&host.report.steps, phase, step) {
+                            td title=(format!("posted at +{:.2} ms, done at +{:.2} ms",
+                                (s.posted_us - start.min(s.posted_us)) as f64 / 1e3,
+                                (s.done_us - start.min(s.done_us)) as f64 / 1e3)) {
+                                "chunk " (s.sent_chunk) ", " (s.sent_bytes) " B"
+                            }
+                        } @else {
+                            td { "—" }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn find(steps: &[StepReport], phase: Phase, step: usize) -> Option<&StepReport> {
+    steps
+        .iter()
+        .find(|s| s.phase == phase && s.step as usize == step)
+}
+
+/// A lane per host: each WRITE from its post to its completion, each add after.
+fn timeline(record: &Record) -> Markup {
+    let start = record
+        .hosts
+        .iter()
+        .map(|h| h.report.started_us)
+        .min()
+        .unwrap_or(0);
+    let end = record
+        .hosts
+        .iter()
+        .map(|h| h.report.ended_us)
+        .max()
+        .unwrap_or(start)
+        .max(start + 1);
+    let x = |us: u64| PLOT_X + (us.saturating_sub(start)) as f64 / (end - start) as f64 * PLOT_W;
+    let height = LANE * record.hosts.len() as f64 + 50.0;
+    html! {
+        svg #ring-timeline xmlns="http://www.w3.org/2000/svg" width=(WIDTH) height=(height)
+            viewBox=(format!("0 0 {WIDTH} {height}")) role="img"
+            aria-label="every host's WRITEs and adds over time" {
+            @for (rank, host) in record.hosts.iter().enumerate() {
+                @let y = 10.0 + rank as f64 * LANE;
+                text.lane-name x="0" y=(y + 14.0) { "host " (rank) }
+                @for s in &host.report.steps {
+                    @let (x1, x2) = (x(s.posted_us), x(s.sent_us.max(s.received_us)));
+                    rect class=(format!("transfer {}", s.phase.name())) data-host=(rank)
+                        data-phase=(s.phase.name()) data-step=(s.step + 1)
+                        x=(format!("{x1:.1}")) y=(y) width=(format!("{:.1}", (x2 - x1).max(1.0))) height=(LANE - 10.0) {
+                        title { (format!("{} step {}: chunk {} out ({} B), chunk {} in ({} B)",
+                            s.phase.name(), s.step + 1, s.sent_chunk, s.sent_bytes, s.received_chunk, s.received_bytes)) }
+                    }
+                    @if s.phase == Phase::ReduceScatter {
+                        @let (a1, a2) = (x(s.received_us), x(s.done_us));
+                        rect.adding x=(format!("{a1:.1}")) y=(y + LANE - 10.0) width=(format!("{:.1}", (a2 - a1).max(1.0))) height="4" {
+                            title { (format!("adding chunk {}: {}", s.received_chunk, ms(s.add_ns))) }
+                        }
+                    }
+                }
+            }
+            @let axis = 10.0 + LANE * record.hosts.len() as f64 + 14.0;
+            text.axis x=(PLOT_X) y=(axis) { "0 ms" }
+            text.axis x=(PLOT_X + PLOT_W) y=(axis) text-anchor="end" {
+                (format!("{:.2} ms", (end - start) as f64 / 1e3))
+            }
+        }
+    }
+}
+
+/// Parts laid end to end from x = 150: (name, ns, x, width), each at least a hairline wide.
+fn stack(parts: &[(&'static str, u64)], scale: f64) -> Vec<(&'static str, u64, f64, f64)> {
+    let mut left = 150.0;
+    parts
+        .iter()
+        .map(|&(name, ns)| {
+            let w = (ns as f64 * scale).max(1.0);
+            let part = (name, ns, left, w);
+            left += w;
+            part
+        })
+        .collect()
+}
+
+/// Each host's CPU time, stacked: adding, posting and completions, the rest; and its NIC's.
+fn cpu_split(record: &Record) -> Markup {
+    let most = record
+        .hosts
+        .iter()
+        .map(|h| h.on_cpu)
+        .chain(record.nics.iter().map(|n| n.on_cpu))
+        .max()
+        .unwrap_or_default()
+        .max(Duration::from_micros(1))
+        .as_nanos() as f64;
+    let row = 2.0 * 18.0 + 10.0;
+    let height = row * record.hosts.len() as f64 + 10.0;
+    let scale = 600.0 / most;
+    html! {
+        svg #cpu-split xmlns="http://www.w3.org/2000/svg" width=(WIDTH) height=(height)
+            viewBox=(format!("0 0 {WIDTH} {height}")) role="img"
+            aria-label="each host's CPU time: adding, moving; and its NIC's" {
+            @for (rank, (host, nic)) in record.hosts.iter().zip(&record.nics).enumerate() {
+                @let y = 5.0 + rank as f64 * row;
+                @let add = host.report.add_ns();
+                @let moving = host.report.move_ns();
+                @let rest = (host.on_cpu.as_nanos() as u64).saturating_sub(add + moving);
+                text.lane-name x="0" y=(y + 13.0) { "host " (rank) }
+                @let parts = stack(&[("adding", add), ("moving", moving), ("rest", rest)], scale);
+                @let left = parts.last().map_or(150.0, |p| p.2 + p.3);
+                @for (name, ns, x, w) in parts {
+                    rect class=(format!("part {name}")) data-host=(rank) data-part=(name) data-ns=(ns)
+                        x=(format!("{x:.1}")) y=(y) width=(format!("{w:.1}")) height="14" {
+                        title { (format!("host {rank} {name}: {}", ms(ns))) }
+                    }
+                }
+                text.axis x=(format!("{:.1}", left + 6.0)) y=(y + 12.0) {
+                    (format!("{} on a CPU: adding {}, moving {}", ms(host.on_cpu.as_nanos() as u64), ms(add), ms(moving)))
+                }
+                @let nic_ns = nic.on_cpu.as_nanos() as u64;
+                rect class="part nic" data-host=(rank) data-part="nic" data-ns=(nic_ns)
+                    x="150" y=(y + 18.0) width=(format!("{:.1}", (nic_ns as f64 * scale).max(1.0))) height="14" {
+                    title { (format!("{}: {}", nic.name, ms(nic_ns))) }
+                }
+                text.axis x=(format!("{:.1}", 156.0 + (nic_ns as f64 * scale).max(1.0))) y=(y + 30.0) {
+                    (format!("its NIC {}", ms(nic_ns)))
+                }
+            }
+        }
+    }
+}
+
+impl Page<'_> {
+    pub fn render(&self) -> String {
+        let r = self.record;
+        let proofs: Vec<(bool, &str)> = self
+            .beats
+            .iter()
+            .filter_map(|b| match b {
+                Beat::Proof { held, text } => Some((*held, text.as_str())),
+                _ => None,
+            })
+            .collect();
+        let setup = if r.in_process {
+            "Every NIC and every host is a thread of one process (--in-process)."
+        } else {
+            "Every NIC and every host is a process of its own."
+        };
+        let page: Markup = html! {
+            (DOCTYPE)
+            html lang="en" {
+                head {
+                    meta charset="utf-8";
+                    title { "roce demo — allreduce" }
+                    style { (PreEscaped(CSS)) (PreEscaped(EXTRA_CSS)) }
+                }
+                body {
+                    h1 { "roce demo --scenario allreduce" }
+                    p.summary {
+                        (crate::Scenario::Allreduce.summary()) ": " (r.ring.hosts) " hosts, "
+                        (r.ring.floats) " floats each. " (setup)
+                    }
+                    h2 { "Proof" }
+                    ul.proofs #proofs {
+                        @for (held, text) in &proofs {
+                            li class=(if *held { "held" } else { "failed" }) { (text) }
+                        }
+                    }
+                    h2 { "The ring, and what each link carried" }
+                    (ring(r))
+                    h2 { "Every step's transfers" }
+                    (steps(r))
+                    h2 { "The steps over time" }
+                    p.legend {
+                        span.reduce-scatter { i {} "reduce-scatter WRITE, post to completion" }
+                        span.all-gather { i {} "all-gather WRITE" }
+                        span.adding { i {} "adding" }
+                    }
+                    (timeline(r))
+                    h2 { "Where each host's CPU went" }
+                    p.legend {
+                        span.adding { i {} "adding (its thread's CPU clock)" }
+                        span.moving { i {} "posting WRITEs, taking completions" }
+                        span.rest { i {} "the rest of its time on a CPU (/proc)" }
+                        span.nic { i {} "its NIC, which moved the bytes" }
+                    }
+                    (cpu_split(r))
+                    h2 { "What the demo said" }
+                    pre #transcript { (text::plain(self.beats)) }
+                    script { (PreEscaped(CHECK)) }
+                }
+            }
+        };
+        page.into_string()
+    }
+}
