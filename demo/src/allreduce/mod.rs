@@ -306,7 +306,7 @@ fn play(
     let relay_cpu = relay_before
         .zip(relay_after)
         .map(|(before, after)| after.on_cpu.saturating_sub(before.on_cpu));
-    cpu_split(&hosts, &nics, relay_cpu, story);
+    cpu_split(&hosts, &nics, relay_cpu, stage.in_process(), story);
     let record = Record {
         ring,
         in_process: stage.in_process(),
@@ -519,7 +519,13 @@ fn links(ring: Ring, seen: &relay::Seen, story: &mut Story) {
 }
 
 /// Where each host's CPU time went, and the NICs'.
-fn cpu_split(hosts: &[HostRun], nics: &[NicRun], relay: Option<Duration>, story: &mut Story) {
+fn cpu_split(
+    hosts: &[HostRun],
+    nics: &[NicRun],
+    relay: Option<Duration>,
+    in_process: bool,
+    story: &mut Story,
+) {
     story.step("Where each host's CPU went: adding numbers, not moving them");
     story.say(
         "Each host's time on a CPU while the all-reduce ran, from /proc (every thread of it), \
@@ -554,15 +560,20 @@ fn cpu_split(hosts: &[HostRun], nics: &[NicRun], relay: Option<Duration>, story:
     story.say(format!(
         "Moving the numbers: no host copied a byte — its CPU touched the vector only in the add \
          loops. What moving did cost the hosts is posting the WRITEs and taking the completions: \
-         {} in all, against {} adding. The bytes were moved by the NICs: {} in all ({}), each a \
-         process standing in for a card's hardware.",
+         {} in all, against {} adding. The bytes were moved by the NICs: {} in all ({}), each {} \
+         standing in for a card's hardware.",
         ns_ms(posted),
         ns_ms(added),
         ms(nic_total),
         nics.iter()
             .map(|n| format!("{} {}", n.name, ms(n.on_cpu)))
             .collect::<Vec<_>>()
-            .join(", ")
+            .join(", "),
+        if in_process {
+            "an engine thread"
+        } else {
+            "a process"
+        }
     ));
     if let Some(relay) = relay {
         story.say(format!(
@@ -677,11 +688,17 @@ fn proofs(record: &Record, story: &mut Story) {
     );
     story.proof(
         seen.bad_icrc == 0 && seen.roce > 0,
-        format!(
-            "{} of the {} RoCE frames the relay saw carry a valid ICRC",
-            seen.roce - seen.bad_icrc,
-            seen.roce
-        ),
+        if seen.bad_icrc == 0 {
+            format!(
+                "all {} RoCE frames the relay saw carry a valid ICRC",
+                seen.roce
+            )
+        } else {
+            format!(
+                "{} of the {} RoCE frames the relay saw carry a bad ICRC",
+                seen.bad_icrc, seen.roce
+            )
+        },
     );
 }
 

@@ -97,15 +97,22 @@ impl Spent {
         self.voluntary + self.involuntary
     }
 
-    /// "12.34 ms on a CPU (user 0.01 s, system 0.02 s), 130 context switches".
+    /// "12.34 ms on a CPU (ticks: 0 user, 1 system), 130 context switches (6 voluntary)".
     pub fn describe(&self) -> String {
         format!(
-            "{} on a CPU (user {:.2} s, system {:.2} s), {} context switches ({} voluntary)",
+            "{} on a CPU ({}), {} context switches ({} voluntary)",
             millis(self.on_cpu),
-            cpu::ticks_to_seconds(self.user_ticks),
-            cpu::ticks_to_seconds(self.system_ticks),
+            self.ticks(),
             self.switches(),
             self.voluntary
+        )
+    }
+
+    /// utime and stime: "ticks: 0 user, 1 system".
+    pub fn ticks(&self) -> String {
+        format!(
+            "ticks: {} user, {} system",
+            self.user_ticks, self.system_ticks
         )
     }
 }
@@ -359,7 +366,7 @@ mod tests {
         assert!(none.is_nothing());
         assert_eq!(
             none.describe(),
-            "0.00 ms on a CPU (user 0.00 s, system 0.00 s), 0 context switches (0 voluntary)"
+            "0.00 ms on a CPU (ticks: 0 user, 0 system), 0 context switches (0 voluntary)"
         );
     }
 }

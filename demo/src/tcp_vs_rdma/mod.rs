@@ -327,8 +327,12 @@ impl Comparison<'_, '_> {
             millis(transfer.took()),
             gbits(len, transfer.took())
         ));
-        self.story
-            .say("What each party spent meanwhile, from /proc (the user and system split counts 10 ms ticks; the time on a CPU is the scheduler's, to the nanosecond):");
+        self.story.say(format!(
+            "What each party spent meanwhile, from /proc: the time on a CPU by the scheduler's \
+             count (schedstat, to the nanosecond), how much of it the kernel's {} Hz tick found \
+             in the program and how much in the kernel (utime and stime), the context switches:",
+            procfs::ticks_per_second()
+        ));
         self.tell_spent(&transfer);
         self.story.say(
             "Where the work went: into the receiver. Its kernel copied every byte from the \
@@ -400,10 +404,14 @@ impl Comparison<'_, '_> {
             .say("What each party spent meanwhile, from /proc:");
         self.tell_spent(&transfer);
         let nic = transfer.of(Role::ReceiverNic).unwrap_or_default();
+        let what = match self.rig.layout {
+            Layout::Processes { .. } => "a process",
+            Layout::Threads { .. } => "an engine thread",
+        };
         self.story.say(format!(
-            "Where the work went: into the NICs. The receiver's NIC — a process standing in for \
-             the card's hardware — took in every packet and wrote it into the receiver's memory \
-             ({} on a CPU). The receiving program was not woken once.",
+            "Where the work went: into the NICs. The receiver's NIC — {what} standing in for the \
+             card's hardware — took in every packet and wrote it into the receiver's memory ({} \
+             on a CPU). The receiving program was not woken once.",
             millis(nic.on_cpu)
         ));
         Ok(transfer)
@@ -473,11 +481,9 @@ impl Comparison<'_, '_> {
         self.story.proof(
             spent.on_cpu > Duration::ZERO,
             format!(
-                "TCP cost the receiver {} ns on a CPU (user {:.2} s, system {:.2} s) and {} \
-                 context switches",
+                "TCP cost the receiver {} ns on a CPU ({}) and {} context switches",
                 spent.on_cpu.as_nanos(),
-                cpu::ticks_to_seconds(spent.user_ticks),
-                cpu::ticks_to_seconds(spent.system_ticks),
+                spent.ticks(),
                 spent.switches()
             ),
         );
@@ -485,11 +491,9 @@ impl Comparison<'_, '_> {
         self.story.proof(
             spent.is_nothing(),
             format!(
-                "RDMA cost the receiver {} ns on a CPU (user {:.2} s, system {:.2} s) and {} \
-                 context switches{}",
+                "RDMA cost the receiver {} ns on a CPU ({}) and {} context switches{}",
                 spent.on_cpu.as_nanos(),
-                cpu::ticks_to_seconds(spent.user_ticks),
-                cpu::ticks_to_seconds(spent.system_ticks),
+                spent.ticks(),
                 spent.switches(),
                 if spent.is_nothing() {
                     " (unchanged)"
