@@ -505,3 +505,86 @@ fn lesson_options_that_cannot_work_are_one_line_and_exit_code_2() {
         assert_eq!(done.stdout, "");
     }
 }
+
+/// The page headless Chromium lays out, as the page's own check reads it back (`data-rendered`
+/// on the body); `None` when Chromium is not installed.
+fn rendered(page: &Path) -> Option<String> {
+    if Command::new("chromium").arg("--version").output().is_err() {
+        roce_tests::skip("chromium is not installed (scripts/test installs it)");
+        return None;
+    }
+    let html = std::fs::read_to_string(page).unwrap();
+    for fetch in ["<link", " src=", " href=", "url(", "@import"] {
+        assert!(!html.contains(fetch), "the page fetches something: {fetch}");
+    }
+    let profile = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new("chromium");
+    cmd.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--dump-dom",
+    ])
+    .arg(format!("--user-data-dir={}", profile.path().display()))
+    .arg(format!("file://{}", page.display()));
+    let mut run = Proc::spawn(cmd, false);
+    let status = run.wait(PATIENCE);
+    let dom = run.drain_stdout();
+    assert!(status.success(), "chromium failed: {}", run.stderr());
+    let at = dom
+        .find("data-rendered=\"")
+        .expect("the page's check did not run")
+        + 15;
+    Some(dom[at..at + dom[at..].find('"').unwrap()].to_owned())
+}
+
+#[test]
+fn the_lessons_pages_draw_bars_lines_the_ring_and_every_transfer() {
+    let env = Env::new("lessonspages");
+    let page = env.dir.join("tvr.html");
+    demo(
+        &env,
+        &[
+            "--scenario",
+            "tcp-vs-rdma",
+            "--size",
+            "256K",
+            "--quiet",
+            "--html",
+            page.to_str().unwrap(),
+        ],
+    );
+    let html = std::fs::read_to_string(&page).unwrap();
+    // Five parties (receiver, sender, two NICs, the wire), a bar each for TCP and RDMA, and
+    // a line each in both timelines; 64 WRITE packets and their ACKs in the ladder.
+    assert_eq!(html.matches(r#"data-transfer="tcp""#).count(), 5);
+    assert!(html.contains(r#"data-role="receiver" data-transfer="rdma" data-ns="0""#));
+    if let Some(drawn) = rendered(&page) {
+        let counts = numbers(&drawn);
+        assert_eq!(counts[..3], [10, 5, 5], "{drawn}");
+        assert!(counts[3] >= 64, "{drawn}");
+    }
+    let page = env.dir.join("ring.html");
+    demo(
+        &env,
+        &[
+            "--scenario",
+            "allreduce",
+            "--hosts",
+            "3",
+            "--size",
+            "64K",
+            "--quiet",
+            "--html",
+            page.to_str().unwrap(),
+        ],
+    );
+    // Three links, 3 × 4 WRITEs on the timeline, four CPU parts per host.
+    if let Some(drawn) = rendered(&page) {
+        assert_eq!(drawn, "links=3 transfers=12 parts=12", "{drawn}");
+    }
+}
