@@ -18,10 +18,10 @@ use roce_nic::verbs::{
     AddressVector, CompletionQueue, Context, Gid, MemoryRegion, Mtu, QpAttr, QpCap, QpType,
     QueuePair, RecvWr, SendFlags, SendOp, SendWr, VerbsError, Wc, WcOpcode, WcStatus,
 };
-use rustix::time::{clock_gettime, ClockId};
 use serde::{Deserialize, Serialize};
 
 use super::ring::{input, Phase, Ring, FLOAT};
+use crate::cpu::thread_cpu;
 use crate::events::since_epoch;
 use crate::target_host::protocol::{QpEnd, RingPeer};
 use crate::target_host::GID_INDEX;
@@ -69,12 +69,6 @@ impl Report {
     pub fn move_ns(&self) -> u64 {
         self.steps.iter().map(|s| s.move_ns).sum()
     }
-}
-
-/// This thread's CPU time so far.
-fn thread_cpu() -> Duration {
-    let t = clock_gettime(ClockId::ThreadCPUTime);
-    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
 }
 
 fn micros(at: Duration) -> u64 {

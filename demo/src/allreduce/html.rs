@@ -11,14 +11,14 @@
 use std::f64::consts::PI;
 use std::time::Duration;
 
-use maud::{html, Markup, PreEscaped, DOCTYPE};
+use maud::{html, Markup};
 
 use super::host::StepReport;
 use super::ring::Phase;
 use super::Record;
-use crate::html::CSS;
+use crate::html::{document, proofs};
 use crate::story::Beat;
-use crate::text;
+use crate::Scenario;
 
 const EXTRA_CSS: &str = r#"
 .host-node { fill: #eef1f4; stroke: #555; stroke-width: 2; }
@@ -35,15 +35,10 @@ table.steps td, table.steps th { border: 1px solid #ddd; padding: 3px 6px; text-
 .legend .rest i { background: #8c959f; } .legend .nic i { background: #1f6feb; }
 "#;
 
-/// Reports, once laid out, how many links, transfers and CPU parts have a size.
-const CHECK: &str = r#"
-window.addEventListener('load', function () {
-  function drawn(el) { var b = el.getBBox(); return b.width > 0 || b.height > 0; }
-  function count(sel) { return Array.prototype.filter.call(document.querySelectorAll(sel), drawn).length; }
-  document.body.setAttribute('data-rendered', 'links=' + count('#ring .link') +
-    ' transfers=' + count('#ring-timeline .transfer') + ' parts=' + count('#cpu-split .part'));
-});
-"#;
+/// How many links, transfers and CPU parts have a size once laid out (see [`document`]).
+const CHECK: &str =
+    "'links=' + count('#ring .link') + ' transfers=' + count('#ring-timeline .transfer') + \
+    ' parts=' + count('#cpu-split .part')";
 
 const WIDTH: f64 = 900.0;
 const LANE: f64 = 26.0;
@@ -104,14 +99,18 @@ fn ring(record: &Record) -> Markup {
     }
 }
 
+/// When the first host began and the last ended (microseconds since the Unix epoch), at
+/// least a microsecond apart.
+fn span(record: &Record) -> (u64, u64) {
+    let reports = || record.hosts.iter().map(|h| &h.report);
+    let start = reports().map(|r| r.started_us).min().unwrap_or(0);
+    let end = reports().map(|r| r.ended_us).max().unwrap_or(start);
+    (start, end.max(start + 1))
+}
+
 /// A table: a row per step, a column per host, what it sent and when.
 fn steps(record: &Record) -> Markup {
-    let start = record
-        .hosts
-        .iter()
-        .map(|h| h.report.started_us)
-        .min()
-        .unwrap_or(0);
+    let (start, _) = span(record);
     let ring = record.ring;
     html! {
         table.steps #steps {
@@ -147,19 +146,7 @@ fn find(steps: &[StepReport], phase: Phase, step: usize) -> Option<&StepReport> 
 
 /// A lane per host: each WRITE from its post to its completion, each add after.
 fn timeline(record: &Record) -> Markup {
-    let start = record
-        .hosts
-        .iter()
-        .map(|h| h.report.started_us)
-        .min()
-        .unwrap_or(0);
-    let end = record
-        .hosts
-        .iter()
-        .map(|h| h.report.ended_us)
-        .max()
-        .unwrap_or(start)
-        .max(start + 1);
+    let (start, end) = span(record);
     let x = |us: u64| PLOT_X + (us.saturating_sub(start)) as f64 / (end - start) as f64 * PLOT_W;
     let height = LANE * record.hosts.len() as f64 + 50.0;
     html! {
@@ -259,64 +246,38 @@ fn cpu_split(record: &Record) -> Markup {
 impl Page<'_> {
     pub fn render(&self) -> String {
         let r = self.record;
-        let proofs: Vec<(bool, &str)> = self
-            .beats
-            .iter()
-            .filter_map(|b| match b {
-                Beat::Proof { held, text } => Some((*held, text.as_str())),
-                _ => None,
-            })
-            .collect();
         let setup = if r.in_process {
             "Every NIC and every host is a thread of one process (--in-process)."
         } else {
             "Every NIC and every host is a process of its own."
         };
-        let page: Markup = html! {
-            (DOCTYPE)
-            html lang="en" {
-                head {
-                    meta charset="utf-8";
-                    title { "roce demo — allreduce" }
-                    style { (PreEscaped(CSS)) (PreEscaped(EXTRA_CSS)) }
-                }
-                body {
-                    h1 { "roce demo --scenario allreduce" }
-                    p.summary {
-                        (crate::Scenario::Allreduce.summary()) ": " (r.ring.hosts) " hosts, "
-                        (r.ring.floats) " floats each. " (setup)
-                    }
-                    h2 { "Proof" }
-                    ul.proofs #proofs {
-                        @for (held, text) in &proofs {
-                            li class=(if *held { "held" } else { "failed" }) { (text) }
-                        }
-                    }
-                    h2 { "The ring, and what each link carried" }
-                    (ring(r))
-                    h2 { "Every step's transfers" }
-                    (steps(r))
-                    h2 { "The steps over time" }
-                    p.legend {
-                        span.reduce-scatter { i {} "reduce-scatter WRITE, post to completion" }
-                        span.all-gather { i {} "all-gather WRITE" }
-                        span.adding { i {} "adding" }
-                    }
-                    (timeline(r))
-                    h2 { "Where each host's CPU went" }
-                    p.legend {
-                        span.adding { i {} "adding (its thread's CPU clock)" }
-                        span.moving { i {} "posting WRITEs, taking completions" }
-                        span.rest { i {} "the rest of its time on a CPU (/proc)" }
-                        span.nic { i {} "its NIC, which moved the bytes" }
-                    }
-                    (cpu_split(r))
-                    h2 { "What the demo said" }
-                    pre #transcript { (text::plain(self.beats)) }
-                    script { (PreEscaped(CHECK)) }
-                }
+        let body = html! {
+            p.summary {
+                (Scenario::Allreduce.summary()) ": " (r.ring.hosts) " hosts, "
+                (r.ring.floats) " floats each. " (setup)
             }
+            h2 { "Proof" }
+            (proofs(self.beats))
+            h2 { "The ring, and what each link carried" }
+            (ring(r))
+            h2 { "Every step's transfers" }
+            (steps(r))
+            h2 { "The steps over time" }
+            p.legend {
+                span.reduce-scatter { i {} "reduce-scatter WRITE, post to completion" }
+                span.all-gather { i {} "all-gather WRITE" }
+                span.adding { i {} "adding" }
+            }
+            (timeline(r))
+            h2 { "Where each host's CPU went" }
+            p.legend {
+                span.adding { i {} "adding (its thread's CPU clock)" }
+                span.moving { i {} "posting WRITEs, taking completions" }
+                span.rest { i {} "the rest of its time on a CPU (/proc)" }
+                span.nic { i {} "its NIC, which moved the bytes" }
+            }
+            (cpu_split(r))
         };
-        page.into_string()
+        document(Scenario::Allreduce, EXTRA_CSS, body, self.beats, CHECK)
     }
 }

@@ -25,7 +25,7 @@ use std::time::Duration;
 use roce_nic::DeviceConfig;
 use roce_wire::EthernetAddress;
 
-use crate::cpu::{CpuUse, Whom};
+use crate::cpu::{self, CpuUse, Whom};
 use crate::play::{failed_proofs, Mode, Options};
 use crate::rig::ANSWER;
 use crate::story::{Observer, Story};
@@ -182,8 +182,32 @@ fn label(whom: Whom) -> String {
     }
 }
 
-fn on_cpu(whom: Whom) -> Result<CpuUse, DemoError> {
-    crate::cpu::measure(whom)
+/// Everyone's CPU use at one moment, from /proc: the hosts, their NICs, the relay's thread.
+struct Readings {
+    hosts: Vec<CpuUse>,
+    nics: Vec<CpuUse>,
+    relay: Option<CpuUse>,
+}
+
+impl Readings {
+    fn of(stage: &Stage) -> Result<Readings, DemoError> {
+        Ok(Readings {
+            hosts: stage
+                .hosts
+                .iter()
+                .map(|h| h.cpu())
+                .collect::<Result<_, _>>()?,
+            nics: stage
+                .nics
+                .iter()
+                .map(|n| cpu::measure(n.whom))
+                .collect::<Result<_, _>>()?,
+            relay: stage
+                .relay_thread
+                .map(|tid| cpu::measure(Whom::Thread(tid)))
+                .transpose()?,
+        })
+    }
 }
 
 fn play(
@@ -194,23 +218,11 @@ fn play(
 ) -> Result<Record, DemoError> {
     introduce(stage, ring, story);
     connect(stage, ring, story)?;
-    let hosts_before = stage
-        .hosts
-        .iter()
-        .map(|h| h.cpu())
-        .collect::<Result<Vec<_>, _>>()?;
-    let nics_before = stage
-        .nics
-        .iter()
-        .map(|n| on_cpu(n.whom))
-        .collect::<Result<Vec<_>, _>>()?;
-    let relay_before = stage
-        .relay_thread
-        .map(|tid| on_cpu(Whom::Thread(tid)))
-        .transpose()?;
+    let before = Readings::of(stage)?;
     story.say(format!(
         "Every host now waits for the go (state S). Their time on a CPU so far, from /proc: {}.",
-        hosts_before
+        before
+            .hosts
             .iter()
             .enumerate()
             .map(|(r, c)| format!("host {r} {}", ms(c.on_cpu)))
@@ -246,20 +258,7 @@ fn play(
     for host in &stage.hosts {
         host.asleep()?;
     }
-    let hosts_after = stage
-        .hosts
-        .iter()
-        .map(|h| h.cpu())
-        .collect::<Result<Vec<_>, _>>()?;
-    let nics_after = stage
-        .nics
-        .iter()
-        .map(|n| on_cpu(n.whom))
-        .collect::<Result<Vec<_>, _>>()?;
-    let relay_after = stage
-        .relay_thread
-        .map(|tid| on_cpu(Whom::Thread(tid)))
-        .transpose()?;
+    let after = Readings::of(stage)?;
     tell_phase(ring, &reports, Phase::ReduceScatter, story);
     story.say(format!(
         "After reduce-scatter each host holds the whole sum of one chunk: {}.",
@@ -283,7 +282,7 @@ fn play(
         .hosts
         .iter()
         .zip(reports)
-        .zip(hosts_before.iter().zip(&hosts_after))
+        .zip(before.hosts.iter().zip(&after.hosts))
         .map(|((handle, report), (before, after))| {
             Ok(HostRun {
                 label: label(handle.whom),
@@ -296,15 +295,16 @@ fn play(
     let nics: Vec<NicRun> = stage
         .nics
         .iter()
-        .zip(nics_before.iter().zip(&nics_after))
+        .zip(before.nics.iter().zip(&after.nics))
         .map(|(nic, (before, after))| NicRun {
             name: nic.name.clone(),
             label: label(nic.whom),
             on_cpu: after.on_cpu.saturating_sub(before.on_cpu),
         })
         .collect();
-    let relay_cpu = relay_before
-        .zip(relay_after)
+    let relay_cpu = before
+        .relay
+        .zip(after.relay)
         .map(|(before, after)| after.on_cpu.saturating_sub(before.on_cpu));
     cpu_split(&hosts, &nics, relay_cpu, stage.in_process(), story);
     let record = Record {

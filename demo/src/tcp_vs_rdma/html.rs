@@ -10,15 +10,15 @@
 
 use std::time::Duration;
 
-use maud::{html, Markup, PreEscaped, DOCTYPE};
+use maud::{html, Markup};
 
 use super::measure::{millis, Role};
 use super::{Record, Transfer};
 use crate::cpu::Sample;
-use crate::html::{ladder, CSS};
+use crate::html::{document, ladder, proofs};
 use crate::rig::Layout;
 use crate::story::Beat;
-use crate::text;
+use crate::Scenario;
 
 const EXTRA_CSS: &str = r#"
 .bar.tcp { fill: #bf8700; } .bar.rdma { fill: #1f6feb; }
@@ -33,16 +33,10 @@ const EXTRA_CSS: &str = r#"
 .legend .tcp i { background: #bf8700; } .legend .rdma i { background: #1f6feb; }
 "#;
 
-/// Reports, once laid out, how many bars and lines have a size.
-const CHECK: &str = r#"
-window.addEventListener('load', function () {
-  function drawn(el) { var b = el.getBBox(); return b.width > 0 || b.height > 0; }
-  function count(sel) { return Array.prototype.filter.call(document.querySelectorAll(sel), drawn).length; }
-  document.body.setAttribute('data-rendered', 'bars=' + count('#bars .bar') +
-    ' tcp-lines=' + count('#tcp-timeline .cpu-line') + ' rdma-lines=' + count('#rdma-timeline .cpu-line') +
-    ' packets=' + count('#ladder .packet'));
-});
-"#;
+/// How many bars, lines and frames have a size once laid out (see [`document`]).
+const CHECK: &str =
+    "'bars=' + count('#bars .bar') + ' tcp-lines=' + count('#tcp-timeline .cpu-line') + \
+    ' rdma-lines=' + count('#rdma-timeline .cpu-line') + ' packets=' + count('#ladder .packet')";
 
 const WIDTH: f64 = 900.0;
 const LABEL_W: f64 = 150.0;
@@ -174,14 +168,6 @@ fn timeline(id: &str, transfer: &Transfer, top: Duration) -> Markup {
 impl Page<'_> {
     pub fn render(&self) -> String {
         let r = self.record;
-        let proofs: Vec<(bool, &str)> = self
-            .beats
-            .iter()
-            .filter_map(|b| match b {
-                Beat::Proof { held, text } => Some((*held, text.as_str())),
-                _ => None,
-            })
-            .collect();
         // One CPU scale for both timelines, so that their heights compare.
         let top = [&r.tcp, &r.rdma]
             .iter()
@@ -208,51 +194,34 @@ impl Page<'_> {
             Role::SenderNic,
             Role::Wire,
         ];
-        let page: Markup = html! {
-            (DOCTYPE)
-            html lang="en" {
-                head {
-                    meta charset="utf-8";
-                    title { "roce demo — tcp-vs-rdma" }
-                    style { (PreEscaped(CSS)) (PreEscaped(EXTRA_CSS)) }
-                }
-                body {
-                    h1 { "roce demo --scenario tcp-vs-rdma" }
-                    p.summary {
-                        (crate::Scenario::TcpVsRdma.summary()) ": " (r.size) " bytes each way. " (setup)
-                    }
-                    h2 { "Proof" }
-                    ul.proofs #proofs {
-                        @for (held, text) in &proofs {
-                            li class=(if *held { "held" } else { "failed" }) { (text) }
-                        }
-                    }
-                    h2 { "Where the work went" }
-                    p.legend {
-                        span.tcp { i {} "over TCP" }
-                        span.rdma { i {} "by RDMA WRITE" }
-                        "Each party's time on a CPU while the data moved, from /proc."
-                    }
-                    (bars(r))
-                    h2 { "TCP: CPU time while the data moves" }
-                    p.legend {
-                        @for role in legend {
-                            span class=(role.word()) { i {} (role.name()) }
-                        }
-                    }
-                    (timeline("tcp-timeline", &r.tcp, top))
-                    h2 { "RDMA WRITE: CPU time while the data moves" }
-                    (timeline("rdma-timeline", &r.rdma, top))
-                    h2 { "The frames of the RDMA WRITE" }
-                    p { "TCP ran on the kernel's loopback, which the demo cannot watch without root; the RDMA WRITE crossed the demo's wire." }
-                    (ladder::render(&r.frames, r.frame_count))
-                    h2 { "What the demo said" }
-                    pre #transcript { (text::plain(self.beats)) }
-                    script { (PreEscaped(CHECK)) }
-                }
+        let body = html! {
+            p.summary {
+                (Scenario::TcpVsRdma.summary()) ": " (r.size) " bytes each way. " (setup)
             }
+            h2 { "Proof" }
+            (proofs(self.beats))
+            h2 { "Where the work went" }
+            p.legend {
+                span.tcp { i {} "over TCP" }
+                span.rdma { i {} "by RDMA WRITE" }
+                "Each party's time on a CPU while the data moved, from /proc."
+            }
+            (bars(r))
+            h2 { "TCP: CPU time while the data moves" }
+            p.legend {
+                @for role in legend {
+                    span class=(role.word()) { i {} (role.name()) }
+                }
+                "The same scale in both."
+            }
+            (timeline("tcp-timeline", &r.tcp, top))
+            h2 { "RDMA WRITE: CPU time while the data moves" }
+            (timeline("rdma-timeline", &r.rdma, top))
+            h2 { "The frames of the RDMA WRITE" }
+            p { "TCP ran on the kernel's loopback, which the demo cannot watch without root; the RDMA WRITE crossed the demo's wire." }
+            (ladder::render(&r.frames, r.frame_count))
         };
-        page.into_string()
+        document(Scenario::TcpVsRdma, EXTRA_CSS, body, self.beats, CHECK)
     }
 }
 

@@ -2,18 +2,11 @@
 //! the demo's wire), its CPU time before and after from /proc, and its time on a CPU sampled
 //! every few milliseconds for the timelines.
 
-use std::fs::File;
-use std::os::unix::fs::FileExt;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use procfs::process::Process;
-
-use crate::cpu::{self, CpuUse, Sample, Whom};
-use crate::events::since_epoch;
+use crate::cpu::{self, CpuUse, Sample, Sampler, Whom};
 use crate::DemoError;
 
 /// What a party stands for.
@@ -143,118 +136,28 @@ pub struct Series {
     pub samples: Vec<Sample>,
 }
 
-/// The `schedstat` files of a party's threads, opened once and read again at every sample: one
-/// system call per thread and sample, so that sampling every few milliseconds costs little.
-struct Threads {
-    files: Vec<File>,
-    /// The last value read from each, kept if a thread ends.
-    last: Vec<Duration>,
+/// Samples every party's time on a CPU every `period`, until [`Sampling::finish`].
+pub struct Sampling {
+    roles: Vec<Role>,
+    sampler: Sampler,
 }
 
-impl Threads {
-    fn open(whom: Whom) -> Threads {
-        let paths: Vec<String> = match whom {
-            Whom::Thread(tid) => vec![format!("/proc/self/task/{tid}/schedstat")],
-            Whom::Process(pid) => Process::new(pid)
-                .and_then(|p| p.tasks())
-                .map(|tasks| {
-                    tasks
-                        .flatten()
-                        .map(|t| format!("/proc/{pid}/task/{}/schedstat", t.tid))
-                        .collect()
-                })
-                .unwrap_or_default(),
-        };
-        let files: Vec<File> = paths.iter().filter_map(|p| File::open(p).ok()).collect();
-        Threads {
-            last: vec![Duration::ZERO; files.len()],
-            files,
+impl Sampling {
+    pub fn start(parties: &[Party], period: Duration) -> Sampling {
+        let whoms: Vec<Whom> = parties.iter().map(|p| p.whom).collect();
+        Sampling {
+            roles: parties.iter().map(|p| p.role).collect(),
+            sampler: Sampler::start(&whoms, period),
         }
     }
 
-    /// The sum of the threads' time on a CPU.
-    fn on_cpu(&mut self) -> Duration {
-        let mut buf = [0u8; 96];
-        for (file, last) in self.files.iter().zip(&mut self.last) {
-            let Ok(n) = file.read_at(&mut buf, 0) else {
-                continue;
-            };
-            let first = buf[..n].split(|b| b.is_ascii_whitespace()).next();
-            if let Some(ns) = first
-                .and_then(|f| std::str::from_utf8(f).ok())
-                .and_then(|f| f.parse::<u64>().ok())
-            {
-                *last = Duration::from_nanos(ns);
-            }
-        }
-        self.last.iter().sum()
-    }
-}
-
-/// Most samples kept per party.
-const MAX_SAMPLES: usize = 100_000;
-
-/// Samples every party's time on a CPU every `period`, on a thread of its own.
-pub struct Sampler {
-    series: Arc<Mutex<Vec<Series>>>,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Sampler {
-    pub fn start(parties: &[Party], period: Duration) -> Sampler {
-        let mut threads: Vec<Threads> = parties.iter().map(|p| Threads::open(p.whom)).collect();
-        let series = Arc::new(Mutex::new(
-            parties
-                .iter()
-                .map(|p| Series {
-                    role: p.role,
-                    samples: Vec::new(),
-                })
-                .collect::<Vec<_>>(),
-        ));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (out, done) = (Arc::clone(&series), Arc::clone(&stop));
-        let thread = std::thread::spawn(move || loop {
-            let at = since_epoch();
-            let values: Vec<Duration> = threads.iter_mut().map(Threads::on_cpu).collect();
-            let mut series = out.lock().unwrap_or_else(|e| e.into_inner());
-            for (s, on_cpu) in series.iter_mut().zip(values) {
-                if s.samples.len() < MAX_SAMPLES {
-                    s.samples.push(Sample { at, on_cpu });
-                }
-            }
-            drop(series);
-            // One last sample after the stop, so the lines reach the end.
-            if done.load(Ordering::Relaxed) {
-                break;
-            }
-            std::thread::sleep(period);
-        });
-        Sampler {
-            series,
-            stop,
-            thread: Some(thread),
-        }
-    }
-
-    /// Stops sampling and returns each party's samples.
-    pub fn finish(mut self) -> Vec<Series> {
-        self.stop_thread();
-        std::mem::take(&mut *self.series.lock().unwrap_or_else(|e| e.into_inner()))
-    }
-
-    fn stop_thread(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
-impl Drop for Sampler {
-    fn drop(&mut self) {
-        self.stop_thread();
+    /// Each party's samples.
+    pub fn finish(self) -> Vec<Series> {
+        self.roles
+            .into_iter()
+            .zip(self.sampler.finish())
+            .map(|(role, samples)| Series { role, samples })
+            .collect()
     }
 }
 
@@ -321,6 +224,8 @@ impl Drop for SenderThread {
 mod tests {
     use super::*;
 
+    use std::time::Instant;
+
     #[test]
     fn the_sender_runs_jobs_on_its_own_thread_and_its_cpu_is_its_own() {
         let sender = SenderThread::start().unwrap();
@@ -333,13 +238,18 @@ mod tests {
         };
         let parties = [party];
         let before = measure(&parties).unwrap();
-        let sampler = Sampler::start(&parties, Duration::from_millis(1));
+        let sampler = Sampling::start(&parties, Duration::from_millis(1));
         let tid = sender
             .run(|| {
-                let start = std::time::Instant::now();
+                // 20 ms of this thread's CPU time, however long a loaded machine takes to give
+                // it (bounded all the same).
+                let cpu = cpu::thread_cpu;
+                let (start, deadline) = (cpu(), Instant::now() + Duration::from_secs(60));
                 let mut x = 0u64;
-                while start.elapsed() < Duration::from_millis(30) {
-                    x = std::hint::black_box(x.wrapping_add(1));
+                while cpu() - start < Duration::from_millis(20) && Instant::now() < deadline {
+                    for _ in 0..1000 {
+                        x = std::hint::black_box(x.wrapping_add(1));
+                    }
                 }
                 rustix::thread::gettid().as_raw_nonzero().get()
             })

@@ -32,7 +32,7 @@ use crate::target_host::{FromTarget, ToTarget};
 use crate::text::packet::printable;
 use crate::wire::{Seen, LISTED};
 use crate::{DemoError, Side};
-use measure::{millis, Party, Role, Sampler, SenderThread, Series, Spent};
+use measure::{millis, Party, Role, Sampling, SenderThread, Series, Spent};
 
 /// How often the parties' time on a CPU is sampled for the timelines.
 const SAMPLING: Duration = Duration::from_millis(2);
@@ -267,7 +267,7 @@ impl Comparison<'_, '_> {
         transfer: impl FnOnce(&mut Self) -> Result<Duration, DemoError>,
     ) -> Result<Transfer, DemoError> {
         let before = measure::measure(&self.parties)?;
-        let sampler = Sampler::start(&self.parties, SAMPLING);
+        let sampler = Sampling::start(&self.parties, SAMPLING);
         let started = since_epoch();
         let arrived = transfer(self)?;
         // The receiver back in its sleep (after TCP) or never out of it (RDMA).

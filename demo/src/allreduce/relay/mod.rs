@@ -12,16 +12,12 @@ pub mod mem;
 pub mod udp;
 
 use std::collections::hash_map::{Entry, HashMap};
-use std::fs::File;
-use std::io::{BufWriter, Write};
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use roce_wire::capture;
-
 use crate::events::since_epoch;
-use crate::wire::Brief;
+use crate::wire::{Brief, Pcap};
 use crate::DemoError;
 
 /// Where a frame goes.
@@ -73,8 +69,7 @@ struct State {
     seen: Seen,
     /// The last PSN each sender used towards each QP: what tells a retransmission apart.
     last_psn: HashMap<(usize, u32), u32>,
-    pcap: Option<capture::Writer<BufWriter<File>>>,
-    pcap_error: Option<String>,
+    pcap: Pcap,
 }
 
 /// The relay's table and record, shared by whatever carries the frames.
@@ -93,23 +88,7 @@ fn after(psn: u32, last: u32) -> bool {
 impl Relay {
     /// A relay with a port for each MAC of `macs`, writing every frame to `pcap` if given.
     pub fn new(macs: Vec<[u8; 6]>, pcap: Option<&Path>) -> Result<Arc<Relay>, DemoError> {
-        let pcap = match pcap {
-            None => None,
-            Some(path) => {
-                let file = File::create(path).map_err(|e| {
-                    DemoError::Usage(format!(
-                        "cannot create the capture file {}: {e}",
-                        path.display()
-                    ))
-                })?;
-                Some(capture::Writer::new(BufWriter::new(file)).map_err(|e| {
-                    DemoError::because(
-                        &format!("cannot write the capture file {}", path.display()),
-                        e,
-                    )
-                })?)
-            }
-        };
+        let pcap = Pcap::create(pcap)?;
         let ports = macs.len();
         Ok(Arc::new(Relay {
             macs,
@@ -121,7 +100,6 @@ impl Relay {
                 },
                 last_psn: HashMap::new(),
                 pcap,
-                pcap_error: None,
             }),
         }))
     }
@@ -153,11 +131,7 @@ impl Relay {
         let ports = self.ports();
         let mut state = self.state();
         let state = &mut *state;
-        if let Some(pcap) = &mut state.pcap {
-            if let Err(e) = pcap.write(at, frame) {
-                state.pcap_error.get_or_insert(e.to_string());
-            }
-        }
+        state.pcap.write(at, frame);
         let seen = &mut state.seen;
         seen.frames += 1;
         if let Some(b) = brief {
@@ -205,16 +179,7 @@ impl Relay {
 
     /// Puts the capture on disk; says so if any frame could not be written.
     pub fn finish(&self) -> Result<(), DemoError> {
-        let mut state = self.state();
-        if let Some(e) = state.pcap_error.take() {
-            return Err(DemoError::because("cannot write the capture file", e));
-        }
-        if let Some(pcap) = state.pcap.take() {
-            pcap.into_inner()
-                .flush()
-                .map_err(|e| DemoError::because("cannot write the capture file", e))?;
-        }
-        Ok(())
+        self.state().pcap.finish()
     }
 }
 
@@ -222,7 +187,7 @@ impl Relay {
 mod tests {
     use super::*;
     use crate::wire::tests::roce_frame;
-    use roce_wire::Kind;
+    use roce_wire::{capture, Kind};
 
     fn macs() -> Vec<[u8; 6]> {
         (1..=3).map(|i| [2, 0, 10, 0, 0, i]).collect()
