@@ -93,12 +93,20 @@ impl Spent {
     /// "12.34 ms on a CPU (ticks: 0 user, 1 system), 130 context switches (6 voluntary)".
     pub fn describe(&self) -> String {
         format!(
-            "{} on a CPU ({}), {} context switches ({} voluntary)",
+            "{} on a CPU ({}), {} ({} voluntary)",
             millis(self.on_cpu),
             self.ticks(),
-            self.switches(),
+            self.switches_text(),
             self.voluntary
         )
+    }
+
+    /// "1 context switch", "3 context switches".
+    pub fn switches_text(&self) -> String {
+        match self.switches() {
+            1 => "1 context switch".to_owned(),
+            n => format!("{n} context switches"),
+        }
     }
 
     /// utime and stime: "ticks: 0 user, 1 system".

@@ -328,9 +328,10 @@ impl Comparison<'_, '_> {
             gbits(len, transfer.took())
         ));
         self.story.say(format!(
-            "What each party spent meanwhile, from /proc: the time on a CPU by the scheduler's \
-             count (schedstat, to the nanosecond), how much of it the kernel's {} Hz tick found \
-             in the program and how much in the kernel (utime and stime), the context switches:",
+            "What each party spent meanwhile, from /proc: its time on a CPU by the scheduler's \
+             count (schedstat, to the nanosecond), how much of it was in the program and how \
+             much in the kernel (utime and stime, which /proc counts in ticks of 1/{} s), its \
+             context switches:",
             procfs::ticks_per_second()
         ));
         self.tell_spent(&transfer);
@@ -427,11 +428,11 @@ impl Comparison<'_, '_> {
         let mut rows = vec![(
             "receiver".to_owned(),
             format!(
-                "TCP {} on a CPU, {} switches   RDMA {} on a CPU, {} switches",
+                "TCP {} on a CPU, {}   RDMA {} on a CPU, {}",
                 millis(receiver(tcp).on_cpu),
-                receiver(tcp).switches(),
+                receiver(tcp).switches_text(),
                 millis(receiver(rdma).on_cpu),
-                receiver(rdma).switches()
+                receiver(rdma).switches_text()
             ),
         )];
         rows.push((
@@ -481,20 +482,20 @@ impl Comparison<'_, '_> {
         self.story.proof(
             spent.on_cpu > Duration::ZERO,
             format!(
-                "TCP cost the receiver {} ns on a CPU ({}) and {} context switches",
+                "TCP cost the receiver {} ns on a CPU ({}) and {}",
                 spent.on_cpu.as_nanos(),
                 spent.ticks(),
-                spent.switches()
+                spent.switches_text()
             ),
         );
         let spent = receiver(rdma);
         self.story.proof(
             spent.is_nothing(),
             format!(
-                "RDMA cost the receiver {} ns on a CPU ({}) and {} context switches{}",
+                "RDMA cost the receiver {} ns on a CPU ({}) and {}{}",
                 spent.on_cpu.as_nanos(),
                 spent.ticks(),
-                spent.switches(),
+                spent.switches_text(),
                 if spent.is_nothing() {
                     " (unchanged)"
                 } else {
