@@ -295,9 +295,10 @@ impl RingHost {
         // SAFETY: both ranges lie inside the region's mapping (checked above), which is page
         // aligned, and at multiples of 4: aligned for f32. They do not overlap (checked above).
         // Nothing else writes them meanwhile: the previous host's NIC wrote the slot before the
-        // completion that brought the host here and writes no slot twice, and by the ring's
-        // schedule no WRITE lands on the chunk this host adds into during reduce-scatter
-        // (`ring::tests`).
+        // completion that brought the host here, and writes no slot twice; the only WRITE that
+        // can land on this chunk of the vector later is an all-gather one, which the previous
+        // host can send only once this host's next WRITE (posted after this add) has gone round
+        // the ring to it.
         let (slot, chunk) = unsafe {
             let base = self.region.as_ptr();
             (
