@@ -404,6 +404,13 @@ impl Comparison<'_, '_> {
         self.story
             .say("What each party spent meanwhile, from /proc:");
         self.tell_spent(&transfer);
+        if let Some(wire) = transfer.of(Role::Wire) {
+            self.story.say(format!(
+                "The wire's {} is the demo passing every frame from one NIC's UDP socket to the \
+                 other's: a cable's job, which costs no CPU at all on real hardware.",
+                millis(wire.on_cpu)
+            ));
+        }
         let nic = transfer.of(Role::ReceiverNic).unwrap_or_default();
         let what = match self.rig.layout {
             Layout::Processes { .. } => "a process",
@@ -458,6 +465,13 @@ impl Comparison<'_, '_> {
             ));
         }
         self.story.tell(crate::Beat::Table(rows));
+        if rdma.took() > tcp.took() {
+            self.story.say(
+                "On one machine the emulated RDMA is the slower of the two: its NICs are \
+                 programs passing frames to each other through sockets, where a card does it in \
+                 hardware at line rate. What the figures show is where the work goes.",
+            );
+        }
         let region = &self.rig.target.region;
         for (what, offset) in [("TCP", plan::tcp_offset(len)), ("RDMA", self.plan.offset)] {
             let diff = self
