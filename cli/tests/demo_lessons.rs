@@ -588,3 +588,65 @@ fn the_lessons_pages_draw_bars_lines_the_ring_and_every_transfer() {
         assert_eq!(drawn, "links=3 transfers=12 parts=12", "{drawn}");
     }
 }
+
+/// Whether `pid` is still a process (a zombie counts as gone: it runs nothing).
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|stat| !stat[stat.rfind(')').unwrap() + 2..].starts_with('Z'))
+}
+
+#[test]
+fn an_allreduce_killed_half_way_leaves_no_process_and_nothing_in_dev_shm() {
+    if Command::new("script").arg("--version").output().is_err() {
+        roce_tests::skip("`script` (util-linux) is not installed");
+        return;
+    }
+    let env = Env::new("allreducekill");
+    let roce = env!("CARGO_BIN_EXE_roce");
+    let mut cmd = Command::new("script");
+    cmd.args([
+        "-qefc",
+        &format!("{roce} demo --scenario allreduce --hosts 3 --step"),
+        "/dev/null",
+    ])
+    .env("XDG_RUNTIME_DIR", &env.dir)
+    .env("NO_COLOR", "1");
+    let mut run = Proc::spawn(cmd, true);
+    // Every host process and NIC process, from the table of step 1.
+    let mut pids = Vec::new();
+    for rank in 0..3 {
+        let row = run.expect(|l| {
+            l.trim_start()
+                .starts_with(&format!("host {rank}  process "))
+        });
+        let n = numbers(&row);
+        // host R  process PID, NIC NAME (process PID), ...
+        pids.push(n[1] as i32);
+        pids.push(numbers(row.split("(process ").nth(1).unwrap())[0] as i32);
+    }
+    run.expect(|l| l.contains("The ring: host 0 → host 1 → host 2 → host 0."));
+    run.say("");
+    // Step 2 ends with every host connected and waiting: the demo waits for Enter.
+    run.expect(|l| l.contains("Every host now waits for the go"));
+    let demo = pids
+        .iter()
+        .map(|&pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+            numbers(&stat[stat.rfind(')').unwrap() + 2..])[0] as i32
+        })
+        .next()
+        .unwrap();
+    assert!(pids.iter().all(|&p| alive(p)));
+    // SAFETY: kill(2) of the demo, a descendant of this test (the parent of its hosts), by PID.
+    assert_eq!(unsafe { libc::kill(demo, libc::SIGKILL) }, 0);
+    for pid in &pids {
+        eventually(&format!("process {pid} gone"), || !alive(*pid));
+    }
+    let left: Vec<String> = std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with(&format!("roce-demo{demo}")))
+        .collect();
+    assert!(left.is_empty(), "left in /dev/shm: {left:?}");
+    let _ = run.wait(PATIENCE);
+}
