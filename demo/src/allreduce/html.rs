@@ -281,3 +281,104 @@ impl Page<'_> {
         document(Scenario::Allreduce, EXTRA_CSS, body, self.beats, CHECK)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::host::{Report, StepReport};
+    use super::super::relay::Seen;
+    use super::super::{HostRun, NicRun, Ring};
+    use super::*;
+
+    /// A ring of three whose hosts each sent 10 bytes a step, the relay having counted 40
+    /// bytes a link.
+    fn record() -> Record {
+        let ring = Ring::new(3, 15);
+        let hosts = (0..3)
+            .map(|rank| HostRun {
+                label: format!("process {rank}"),
+                report: Report {
+                    steps: ring
+                        .schedule()
+                        .enumerate()
+                        .map(|(i, (phase, step))| StepReport {
+                            phase,
+                            step: step as u32,
+                            sent_chunk: ring.sent(rank, phase, step) as u32,
+                            sent_bytes: 20,
+                            received_chunk: ring.received(rank, phase, step) as u32,
+                            received_bytes: 20,
+                            posted_us: 1000 + 100 * i as u64,
+                            sent_us: 1050 + 100 * i as u64,
+                            received_us: 1060 + 100 * i as u64,
+                            done_us: 1080 + 100 * i as u64,
+                            add_ns: 20_000,
+                            move_ns: 5_000,
+                        })
+                        .collect(),
+                    started_us: 1000,
+                    ended_us: 1400,
+                    added: 10,
+                },
+                on_cpu: Duration::from_micros(100),
+                difference: None,
+            })
+            .collect();
+        let mut seen = Seen {
+            ports: 3,
+            links: vec![Default::default(); 9],
+            ..Seen::default()
+        };
+        for rank in 0..3 {
+            seen.links[rank * 3 + ring.next(rank)].payload = 40;
+        }
+        Record {
+            ring,
+            in_process: false,
+            hosts,
+            nics: (0..3)
+                .map(|rank| NicRun {
+                    name: format!("nic{rank}"),
+                    label: format!("process {}", 10 + rank),
+                    on_cpu: Duration::from_millis(2),
+                })
+                .collect(),
+            seen,
+        }
+    }
+
+    #[test]
+    fn the_ring_the_steps_and_the_cpu_are_drawn_from_the_record() {
+        let record = record();
+        let svg = ring(&record).into_string();
+        assert_eq!(svg.matches(r#"class="link""#).count(), 3);
+        assert!(
+            svg.contains(r#"data-from="2" data-to="0" data-bytes="40""#),
+            "{svg}"
+        );
+        let table = steps(&record).into_string();
+        assert_eq!(table.matches("<tr>").count(), 1 + 4);
+        assert!(table.contains("<td>all-gather 2</td>"), "{table}");
+        let lanes = timeline(&record).into_string();
+        assert_eq!(lanes.matches(r#"class="transfer "#).count(), 12);
+        // Four steps over 400 µs: the first WRITE starts at the left edge.
+        assert!(
+            lanes.contains(r#"data-phase="reduce-scatter" data-step="1" x="90.0""#),
+            "{lanes}"
+        );
+        let cpu = cpu_split(&record).into_string();
+        // 100 µs on a CPU: 20 adding and 5 moving in each of four steps, nothing left over.
+        assert!(
+            cpu.contains(r#"data-part="adding" data-ns="80000""#),
+            "{cpu}"
+        );
+        assert!(
+            cpu.contains(r#"data-part="moving" data-ns="20000""#),
+            "{cpu}"
+        );
+        assert!(cpu.contains(r#"data-part="rest" data-ns="0""#), "{cpu}");
+        assert!(
+            cpu.contains(r#"data-part="nic" data-ns="2000000""#),
+            "{cpu}"
+        );
+    }
+}

@@ -751,4 +751,21 @@ mod tests {
         assert_eq!((ring.hosts, ring.floats), (4, 1 << 20));
         assert_eq!(mac_text(mac([10, 0, 0, 3])), "02:00:0a:00:00:03");
     }
+
+    #[test]
+    fn a_vector_is_checked_float_for_float_against_the_direct_sum() {
+        let ring = Ring::new(3, 300_000);
+        let region = roce_hostmem::Region::anonymous(ring.region_len()).unwrap();
+        let sums: Vec<u8> = (0..ring.floats)
+            .flat_map(|i| ring::direct_sum(3, i).to_ne_bytes())
+            .collect();
+        region.write(0, &sums).unwrap();
+        assert_eq!(first_difference(ring, &region).unwrap(), None);
+        // One float off, past the first batch the check reads.
+        let at = 299_999;
+        region
+            .write(at * FLOAT, &(ring::direct_sum(3, at) + 0.125).to_ne_bytes())
+            .unwrap();
+        assert_eq!(first_difference(ring, &region).unwrap(), Some(at));
+    }
 }
