@@ -97,27 +97,13 @@ struct RingHost {
 }
 
 impl RingHost {
-    /// Fills the vector with this host's input, registers the memory, makes the two QPs.
+    /// Registers the memory and makes the two QPs.
     fn set_up(
         ctx: &Context,
         region: Arc<Region>,
         ring: Ring,
         rank: usize,
     ) -> Result<RingHost, DemoError> {
-        touch(&region)?;
-        let mut values = Vec::with_capacity(ring.floats.min(1 << 18) * FLOAT);
-        let mut at = 0;
-        while at < ring.floats {
-            let n = (ring.floats - at).min(1 << 18);
-            values.clear();
-            for i in at..at + n {
-                values.extend_from_slice(&input(rank, i).to_ne_bytes());
-            }
-            region
-                .write(at * FLOAT, &values)
-                .map_err(|e| DemoError::because("cannot fill the vector", e))?;
-            at += n;
-        }
         let pd = ctx
             .alloc_pd()
             .map_err(verbs("cannot allocate a protection domain"))?;
@@ -383,6 +369,26 @@ impl<'a> Completions<'a> {
 }
 
 impl Program for RingHost {
+    /// Every page of its memory in place, and its own numbers in the vector.
+    fn prepare(&mut self) -> Result<(), DemoError> {
+        touch(&self.region)?;
+        let batch = self.ring.floats.min(1 << 18);
+        let mut values = Vec::with_capacity(batch * FLOAT);
+        let mut at = 0;
+        while at < self.ring.floats {
+            let n = (self.ring.floats - at).min(batch);
+            values.clear();
+            for i in at..at + n {
+                values.extend_from_slice(&input(self.rank, i).to_ne_bytes());
+            }
+            self.region
+                .write(at * FLOAT, &values)
+                .map_err(|e| DemoError::because("cannot fill the vector", e))?;
+            at += n;
+        }
+        Ok(())
+    }
+
     fn shared(&self) -> Result<Shared, DemoError> {
         Ok(Shared {
             pid: std::process::id(),
@@ -435,8 +441,7 @@ pub fn run_process(
         )));
     }
     let ctx = roce_nic::host::connect(nic).map_err(verbs("cannot open the host's NIC"))?;
-    let region = Region::create(region, ring.region_len())
-        .map_err(|e| DemoError::because("cannot create the host's memory", e))?;
+    let region = crate::shm::region(region, ring.region_len())?;
     serve(
         || RingHost::set_up(&ctx, Arc::new(region), ring, rank),
         io::stdin().lock(),

@@ -52,6 +52,14 @@ pub(crate) trait Program {
     /// What it shares once it is ready.
     fn shared(&self) -> Result<Shared, DemoError>;
 
+    /// Puts in its memory what it needs there. Done after `Ready`, once the demo has mapped
+    /// the region and removed its name: writing a gigabyte takes a while, and a demo killed
+    /// meanwhile must leave nothing in /dev/shm. The demo's next command is read only after
+    /// this.
+    fn prepare(&mut self) -> Result<(), DemoError> {
+        Ok(())
+    }
+
     /// Carries out one command and says how it went.
     fn handle(&mut self, command: ToTarget) -> Result<FromTarget, DemoError>;
 }
@@ -87,20 +95,6 @@ impl Target {
         let mr = pd
             .register_at(&region, 0, region.len(), plan.access, va)
             .map_err(verbs("cannot register the target's memory"))?;
-        let offset = plan.offset as usize;
-        match plan.scenario {
-            Scenario::Read => plan.payload.fill(&region, offset)?,
-            Scenario::Atomic => region
-                .write(
-                    plan::COUNTER_OFFSET as usize,
-                    &plan::COUNTER_START.to_ne_bytes(),
-                )
-                .map_err(|e| DemoError::because("cannot set the counter", e))?,
-            // Its pages in place before anything is measured: a TCP receiver's buffer is ready
-            // before the data comes, and the NIC's copy must not be told apart by page faults.
-            Scenario::TcpVsRdma => touch(&region)?,
-            _ => {}
-        }
         let gid = ctx
             .gid(GID_INDEX)
             .ok_or_else(|| DemoError::failed("the target's NIC has no IPv4 GID"))?;
@@ -133,6 +127,25 @@ pub(crate) fn touch(region: &Region) -> Result<(), DemoError> {
 }
 
 impl Program for Target {
+    /// Puts in memory what the scenario needs there: the bytes to READ, the counter; for
+    /// tcp-vs-rdma every page in place before anything is measured (a TCP receiver's buffer is
+    /// ready before the data comes, and the NIC's copy must not be told apart by page faults).
+    fn prepare(&mut self) -> Result<(), DemoError> {
+        let plan = &self.plan;
+        match plan.scenario {
+            Scenario::Read => plan.payload.fill(&self.region, plan.offset as usize),
+            Scenario::Atomic => self
+                .region
+                .write(
+                    plan::COUNTER_OFFSET as usize,
+                    &plan::COUNTER_START.to_ne_bytes(),
+                )
+                .map_err(|e| DemoError::because("cannot set the counter", e)),
+            Scenario::TcpVsRdma => touch(&self.region),
+            _ => Ok(()),
+        }
+    }
+
     fn shared(&self) -> Result<Shared, DemoError> {
         let gid = self.gid;
         Ok(Shared {
@@ -343,6 +356,7 @@ pub(crate) fn serve<P: Program>(
     let result = (|| -> Result<(), DemoError> {
         let mut program = set_up()?;
         say(&FromTarget::Ready(program.shared()?));
+        program.prepare()?;
         let commands = input
             .lines()
             .map_while(Result::ok)
@@ -370,8 +384,7 @@ pub fn run_process(
 ) -> Result<(), DemoError> {
     let plan = Plan::new(scenario, size)?;
     let ctx = roce_nic::host::connect(nic).map_err(verbs("cannot open the target's NIC"))?;
-    let region = Region::create(region, plan.region_len)
-        .map_err(|e| DemoError::because("cannot create the target's memory", e))?;
+    let region = crate::shm::region(region, plan.region_len)?;
     serve(
         || Target::set_up(&ctx, Arc::new(region), &plan),
         io::stdin().lock(),

@@ -160,6 +160,11 @@ impl Wire {
         self.state().frames.get(mark..).unwrap_or_default().to_vec()
     }
 
+    /// Whether every frame goes to a pcap file (`--pcap`).
+    pub fn recording(&self) -> bool {
+        self.state().pcap.is_recording()
+    }
+
     /// Every frame that crossed, listed or not.
     pub fn count(&self) -> u32 {
         self.state().count
@@ -232,6 +237,11 @@ impl Pcap {
             writer,
             error: None,
         })
+    }
+
+    /// Whether there is a file to write to.
+    pub fn is_recording(&self) -> bool {
+        self.writer.is_some()
     }
 
     /// Writes `frame`, seen `at` (since the Unix epoch).
