@@ -650,3 +650,76 @@ fn an_allreduce_killed_half_way_leaves_no_process_and_nothing_in_dev_shm() {
     assert!(left.is_empty(), "left in /dev/shm: {left:?}");
     let _ = run.wait(PATIENCE);
 }
+
+/// `roce demo ARGS --json`: its lines, each a JSON object.
+fn json_lines(env: &Env, args: &[&str]) -> Vec<serde_json::Value> {
+    let mut all = args.to_vec();
+    all.push("--json");
+    demo(env, &all)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect()
+}
+
+/// The lines whose `figures` is `kind`.
+fn figures<'a>(lines: &'a [serde_json::Value], kind: &str) -> Vec<&'a serde_json::Value> {
+    lines.iter().filter(|l| l["figures"] == kind).collect()
+}
+
+#[test]
+fn the_lessons_figures_come_as_json_numbers() {
+    let env = Env::new("lessonsjson");
+    let lines = json_lines(
+        &env,
+        &["--scenario", "tcp-vs-rdma", "--in-process", "--size", "2M"],
+    );
+    assert!(lines
+        .iter()
+        .filter(|l| l.get("proof").is_some())
+        .all(|l| l["held"] == true && l["scenario"] == "tcp-vs-rdma"));
+    let party = |transfer: &str, party: &str| {
+        figures(&lines, "party")
+            .into_iter()
+            .find(|l| l["transfer"] == transfer && l["party"] == party)
+            .unwrap_or_else(|| panic!("no {party} of {transfer} in {lines:?}"))
+            .clone()
+    };
+    assert!(party("tcp", "receiver")["on_cpu_ns"].as_u64().unwrap() > 0);
+    let rdma = party("rdma", "receiver");
+    for key in [
+        "on_cpu_ns",
+        "user_ticks",
+        "system_ticks",
+        "voluntary_switches",
+        "involuntary_switches",
+    ] {
+        assert_eq!(rdma[key], 0, "{key}: {rdma}");
+    }
+    assert!(party("rdma", "receiver_nic")["on_cpu_ns"].as_u64().unwrap() > 0);
+    for transfer in figures(&lines, "transfer") {
+        assert_eq!(transfer["bytes"], 2 << 20);
+        assert!(transfer["arrived_after_us"].as_u64().unwrap() > 0);
+    }
+
+    let lines = json_lines(
+        &env,
+        &["--scenario", "allreduce", "--hosts", "3", "--size", "40"],
+    );
+    let links = figures(&lines, "link");
+    assert_eq!(links.len(), 3);
+    for link in links {
+        assert_eq!(link["payload_bytes"], link["schedule_bytes"], "{link}");
+    }
+    let hosts = figures(&lines, "host");
+    assert_eq!(hosts.len(), 3);
+    for host in hosts {
+        let on_cpu = host["on_cpu_ns"].as_u64().unwrap();
+        let (add, moving) = (
+            host["adding_ns"].as_u64().unwrap(),
+            host["moving_ns"].as_u64().unwrap(),
+        );
+        assert!(add + moving <= on_cpu, "{host}");
+        assert!(host["nic_on_cpu_ns"].as_u64().unwrap() > 0, "{host}");
+    }
+    assert_eq!(figures(&lines, "step").len(), 4);
+}

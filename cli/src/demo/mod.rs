@@ -74,7 +74,9 @@ pub struct Args {
     /// Print only the proof lines.
     #[arg(long)]
     quiet: bool,
-    /// Print only the proof lines, each as a JSON object: {"scenario", "held", "proof"}.
+    /// Print only the proof lines, each as a JSON object: {"scenario", "held", "proof"}; and
+    /// the figures tcp-vs-rdma and allreduce measure, an object each: {"scenario", "figures",
+    /// ...}.
     #[arg(long)]
     json: bool,
 }
@@ -154,23 +156,33 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The proof lines as JSON lines, for scripts and CI: one object a proof, as it is told.
+/// The proof lines as JSON lines, for scripts and CI: one object a proof, as it is told; and
+/// one an object for each set of figures a scenario measured (`tcp-vs-rdma`, `allreduce`),
+/// told by its `figures` key, e.g. `{"scenario": "tcp-vs-rdma", "figures": "party", "transfer":
+/// "rdma", "party": "receiver", "on_cpu_ns": 0, ...}`.
 struct JsonProofs {
     scenario: Scenario,
 }
 
 impl Observer for JsonProofs {
     fn beat(&mut self, beat: &Beat) {
-        if let Beat::Proof { held, text } = beat {
-            let line = serde_json::json!({
+        let line = match beat {
+            Beat::Proof { held, text } => serde_json::json!({
                 "scenario": self.scenario.name(),
                 "held": held,
                 "proof": text,
-            });
-            // Like the narration: a reader that went away must not stop the demo half way,
-            // with its target frozen.
-            say!("{line}");
-        }
+            }),
+            Beat::Figures(figures) => {
+                let mut line = serde_json::Map::new();
+                line.insert("scenario".into(), self.scenario.name().into());
+                line.extend(figures.clone());
+                serde_json::Value::Object(line)
+            }
+            _ => return,
+        };
+        // Like the narration: a reader that went away must not stop the demo half way, with
+        // its target frozen.
+        say!("{line}");
     }
 }
 

@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use roce_nic::DeviceConfig;
 use roce_wire::EthernetAddress;
+use serde_json::json;
 
 use crate::cpu::{self, CpuUse, Whom};
 use crate::play::{failed_proofs, Mode, Options};
@@ -487,6 +488,13 @@ fn tell_phase(ring: Ring, reports: &[Report], phase: Phase, story: &mut Story) {
             transfers.join(", "),
             ms(Duration::from_micros(end.saturating_sub(start)))
         ));
+        story.figures(json!({
+            "figures": "step",
+            "phase": phase.name(),
+            "step": step + 1,
+            "bytes": bytes,
+            "took_us": end.saturating_sub(start),
+        }));
     }
 }
 
@@ -511,11 +519,29 @@ fn links(ring: Ring, seen: &relay::Seen, story: &mut Story) {
             ring.bytes_per_link(rank),
             back.acks
         ));
+        story.figures(json!({
+            "figures": "link",
+            "from": rank,
+            "to": next,
+            "payload_bytes": out.payload,
+            "resent_bytes": out.again,
+            "data_frames": out.frames - out.acks,
+            "acks_back": back.acks,
+            "schedule_bytes": ring.bytes_per_link(rank),
+        }));
     }
     story.say(format!(
         "In all the relay forwarded {} frames ({} RoCE), flooded {} and dropped {}.",
         seen.frames, seen.roce, seen.flooded, seen.dropped
     ));
+    story.figures(json!({
+        "figures": "relay",
+        "frames": seen.frames,
+        "roce_frames": seen.roce,
+        "bad_icrc_frames": seen.bad_icrc,
+        "flooded_frames": seen.flooded,
+        "dropped_frames": seen.dropped,
+    }));
 }
 
 /// Where each host's CPU time went, and the NICs'.
@@ -554,6 +580,18 @@ fn cpu_split(
         })
         .collect();
     story.tell(crate::Beat::Table(rows));
+    for (rank, (h, nic)) in hosts.iter().zip(nics).enumerate() {
+        story.figures(json!({
+            "figures": "host",
+            "host": rank,
+            "on_cpu_ns": h.on_cpu.as_nanos() as u64,
+            "adding_ns": h.report.add_ns(),
+            "moving_ns": h.report.move_ns(),
+            "floats_added": h.report.added,
+            "nic": nic.name,
+            "nic_on_cpu_ns": nic.on_cpu.as_nanos() as u64,
+        }));
+    }
     let posted: u64 = hosts.iter().map(|h| h.report.move_ns()).sum();
     let added: u64 = hosts.iter().map(|h| h.report.add_ns()).sum();
     let nic_total: Duration = nics.iter().map(|n| n.on_cpu).sum();
@@ -576,6 +614,10 @@ fn cpu_split(
         }
     ));
     if let Some(relay) = relay {
+        story.figures(json!({
+            "figures": "relay_thread",
+            "on_cpu_ns": relay.as_nanos() as u64,
+        }));
         story.say(format!(
             "The demo's relay, forwarding their frames between the NIC processes (a switch's \
              job, in hardware), spent {}.",

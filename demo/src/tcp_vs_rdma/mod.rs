@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use roce_nic::verbs::{SendOp, WcStatus};
+use serde_json::json;
 
 use crate::cpu::{self, Whom};
 use crate::events::since_epoch;
@@ -283,14 +284,32 @@ impl Comparison<'_, '_> {
         })
     }
 
-    /// The figures of every party, aligned.
-    fn tell_spent(&mut self, transfer: &Transfer) {
+    /// The figures of every party, aligned (and for `--json`, the transfer's `name`).
+    fn tell_spent(&mut self, name: &str, transfer: &Transfer) {
         let rows: Vec<(String, String)> = transfer
             .spent
             .iter()
             .map(|(role, spent)| (role.name().to_owned(), spent.describe()))
             .collect();
         self.story.tell(crate::Beat::Table(rows));
+        for (role, spent) in &transfer.spent {
+            self.story.figures(json!({
+                "figures": "party",
+                "transfer": name,
+                "party": role.word().replace('-', "_"),
+                "on_cpu_ns": spent.on_cpu.as_nanos() as u64,
+                "user_ticks": spent.user_ticks,
+                "system_ticks": spent.system_ticks,
+                "voluntary_switches": spent.voluntary,
+                "involuntary_switches": spent.involuntary,
+            }));
+        }
+        self.story.figures(json!({
+            "figures": "transfer",
+            "transfer": name,
+            "bytes": self.plan.payload.len(),
+            "arrived_after_us": transfer.took().as_micros() as u64,
+        }));
     }
 
     /// Step 2: the bytes over TCP.
@@ -334,7 +353,7 @@ impl Comparison<'_, '_> {
              context switches:",
             procfs::ticks_per_second()
         ));
-        self.tell_spent(&transfer);
+        self.tell_spent("tcp", &transfer);
         self.story.say(
             "Where the work went: into the receiver. Its kernel copied every byte from the \
              socket into the program's buffer and acknowledged it (system time), and the program \
@@ -403,7 +422,7 @@ impl Comparison<'_, '_> {
         ));
         self.story
             .say("What each party spent meanwhile, from /proc:");
-        self.tell_spent(&transfer);
+        self.tell_spent("rdma", &transfer);
         if let Some(wire) = transfer.of(Role::Wire) {
             self.story.say(format!(
                 "The wire's {} is the demo passing every frame from one NIC's UDP socket to the \
