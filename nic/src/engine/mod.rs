@@ -191,6 +191,10 @@ impl Engine {
         busy |= self.transmit();
         busy |= self.ip_stack.poll(&mut self.tx, Instant::now());
         self.timers();
+        // What the link batched goes out before the engine looks for more work or sleeps.
+        if let Err(e) = self.tx.link().flush_sends() {
+            debug!(error = %e, "sending the link's batch failed");
+        }
         busy
     }
 
