@@ -9,6 +9,7 @@ mod bench;
 mod decode;
 mod demo;
 mod device;
+mod fabric;
 mod failure;
 mod host;
 mod mem;
@@ -16,6 +17,7 @@ mod nic;
 mod perftest;
 mod pingpong;
 mod signals;
+mod switch;
 
 use std::process::ExitCode;
 
@@ -60,6 +62,12 @@ enum Command {
     /// Use a running NIC from the shell: serve a region, post RDMA work, show the NIC.
     #[command(subcommand)]
     Host(host::Command),
+    /// Run an Ethernet switch whose ports are cables like a NIC's: learning, line-rate queues,
+    /// ECN marking, tail drop, PFC, per-port counters and captures.
+    Switch(switch::Args),
+    /// Start and stop a switch and its NICs from a topology file.
+    #[command(subcommand)]
+    Fabric(fabric::FabricCommand),
 }
 
 fn main() -> ExitCode {
@@ -81,6 +89,8 @@ fn main() -> ExitCode {
         Command::Pingpong(args) => pingpong::run(args),
         Command::Perftest(args) => perftest::run(args),
         Command::Host(cmd) => host::run(cmd),
+        Command::Switch(args) => switch::run(args),
+        Command::Fabric(cmd) => fabric::run(cmd),
     };
     match result {
         Ok(code) => code,

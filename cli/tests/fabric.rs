@@ -1,0 +1,463 @@
+//! Fabrics: `roce nic` processes through a `roce switch` (RDMA unchanged, every port's capture
+//! clean, an incast filling a queue, ECN marks, PFC pauses), `roce fabric up/status/down`, and
+//! two NICs on a shared-memory link.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use roce_nic::link::ecn::{self, Ecn};
+use roce_nic::link::pfc::Pause;
+use support::*;
+
+/// A switch process with one cable port per NIC; NIC `n` (0-based) is 10.<net>.0.<n+1>.
+struct Fabric {
+    switch: Proc,
+    nics: Vec<(Nic, Proc)>,
+    stats: PathBuf,
+    pcap: PathBuf,
+}
+
+impl Fabric {
+    fn start(env: &Env, net: u8, nics: usize, switch_flags: &[&str], nic_flags: &[&str]) -> Fabric {
+        let pcap = env.dir.join("pcap");
+        let stats = env.dir.join("switch.json");
+        let cables: Vec<(u16, u16)> = (0..nics)
+            .map(|_| (free_udp_port(), free_udp_port()))
+            .collect();
+        let mut args: Vec<String> = vec!["switch".into()];
+        for (s, n) in &cables {
+            args.extend(["--port".into(), format!("127.0.0.1:{s},127.0.0.1:{n}")]);
+        }
+        args.extend([
+            "--pcap".into(),
+            pcap.display().to_string(),
+            "--stats".into(),
+            stats.display().to_string(),
+        ]);
+        args.extend(switch_flags.iter().map(|s| s.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut switch = Proc::spawn(env.roce(&args), false);
+        switch.expect(|l| l.starts_with("switch ready"));
+        let nics = cables
+            .iter()
+            .enumerate()
+            .map(|(n, (s, c))| {
+                let name = env.name(&format!("n{n}"));
+                let nic = Nic {
+                    name: name.clone(),
+                    ip: format!("10.{net}.0.{}/24", n + 1),
+                    link: format!("cable:127.0.0.1:{c},127.0.0.1:{s}"),
+                    mtu: 4200,
+                    neighbours: Vec::new(),
+                    pcap: Some(pcap.join(format!("{name}.pcap"))),
+                    netns: None,
+                    extra: nic_flags.iter().map(|s| s.to_string()).collect(),
+                };
+                let proc = env.nic(&nic);
+                (nic, proc)
+            })
+            .collect();
+        Fabric {
+            switch,
+            nics,
+            stats,
+            pcap,
+        }
+    }
+
+    fn nic(&self, n: usize) -> &str {
+        &self.nics[n].0.name
+    }
+
+    /// Stops the NICs, then the switch; returns each port's final counters.
+    fn stop(mut self) -> Vec<serde_json::Value> {
+        for (_, nic) in self.nics.drain(..) {
+            drop(nic);
+        }
+        self.switch.signal(libc::SIGTERM);
+        let table = self.switch.drain_stdout();
+        assert!(self.switch.wait(PATIENCE).success(), "{table}");
+        assert!(table.contains("switch stopped"), "{table}");
+        port_counters(&self.stats)
+    }
+
+    /// Every capture of the run: one per switch port, one per NIC.
+    fn captures(&self) -> Vec<PathBuf> {
+        let mut all: Vec<PathBuf> = std::fs::read_dir(&self.pcap)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        all.sort();
+        all
+    }
+}
+
+fn port_counters(stats: &Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(stats).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    json["ports"].as_array().unwrap().clone()
+}
+
+fn counter(port: &serde_json::Value, name: &str) -> u64 {
+    port[name]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no {name} in {port}"))
+}
+
+/// `roce perftest TEST` between a server on NIC `server` and a client on NIC `client`
+/// (10.<net>.0.<server_host>), on TCP port `port`; both must verify their data.
+fn perftest(
+    env: &Env,
+    test: &str,
+    server: &str,
+    client: &str,
+    server_ip: &str,
+    port: u16,
+    args: &[&str],
+) -> (Proc, Proc) {
+    let port = port.to_string();
+    let mut common = vec![test, "-p", &port, "--timeout", "60"];
+    common.extend(args);
+    let mut s_args = common.clone();
+    s_args.extend(["--nic", server]);
+    let mut c_args = common;
+    c_args.extend(["--nic", client, server_ip, "--connect-retry", "20"]);
+    let with = |rest: Vec<&str>| {
+        let mut all = vec!["perftest"];
+        all.extend(rest);
+        env.roce(&all)
+    };
+    let server = Proc::spawn(with(s_args), false);
+    let client = Proc::spawn(with(c_args), false);
+    (server, client)
+}
+
+fn finish(mut proc: Proc, what: &str) -> String {
+    let status = proc.wait(Duration::from_secs(120));
+    let out = proc.drain_stdout();
+    assert!(
+        status.success(),
+        "{what}: {status}\n{out}\n{}",
+        proc.stderr()
+    );
+    assert!(out.contains("verified: "), "{what}:\n{out}");
+    out
+}
+
+fn decode_strict(capture: &Path) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_roce"))
+        .args(["decode", "--strict"])
+        .arg(capture)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "roce decode --strict {}: {}",
+        capture.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The frames of a capture.
+fn frames(capture: &Path) -> Vec<Vec<u8>> {
+    let file = std::fs::File::open(capture).unwrap();
+    let mut reader = pcap_file::pcap::PcapReader::new(file).unwrap();
+    let mut all = Vec::new();
+    while let Some(packet) = reader.next_packet() {
+        all.push(packet.unwrap().data.into_owned());
+    }
+    all
+}
+
+#[test]
+fn rdma_between_our_nics_through_the_switch_is_unchanged_and_every_capture_is_clean() {
+    let env = Env::new("sw");
+    let fabric = Fabric::start(&env, 71, 3, &[], &[]);
+    let (a, c) = (fabric.nic(0).to_owned(), fabric.nic(2).to_owned());
+    for (n, (test, args)) in [
+        ("write_bw", &["-s", "65536", "-n", "200"][..]),
+        ("read_bw", &["-s", "65536", "-n", "100"][..]),
+        ("send_bw", &["-s", "4096", "-n", "200"][..]),
+        ("atomic_bw", &["-n", "200"][..]),
+        ("read_lat", &["-s", "8", "-n", "100"][..]),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (server, client) = perftest(&env, test, &c, &a, "10.71.0.3", 19300 + n as u16, args);
+        finish(client, test);
+        finish(server, test);
+    }
+    let captures = fabric.captures();
+    let ports = fabric.stop();
+    assert_eq!(captures.len(), 3 + 3, "{captures:?}");
+    for capture in &captures {
+        decode_strict(capture);
+    }
+    // The switch learned where a and c are: after the first frames (ARP), the middle port
+    // hears next to nothing of their traffic.
+    let (pa, pb, pc) = (&ports[0], &ports[1], &ports[2]);
+    assert!(counter(pc, "tx_frames") > 1000, "{pc}");
+    assert!(
+        counter(pb, "tx_frames") < 20,
+        "port 2 is not on the path: {pb}"
+    );
+    assert_eq!(counter(pb, "tx_frames"), counter(pb, "flooded"), "{pb}");
+    assert!(counter(pa, "rx_frames") > 1000);
+    for port in &ports {
+        assert_eq!(counter(port, "dropped"), 0, "{port}");
+    }
+}
+
+/// Four senders at full speed into one port of 500 Mbit/s with a 128 KiB buffer.
+fn incast(env: &Env, net: u8, switch_flags: &[&str], nic_flags: &[&str]) -> (Fabric, Vec<String>) {
+    let mut flags = vec!["--rate", "500M", "--buffer", "128K"];
+    flags.extend(switch_flags);
+    let fabric = Fabric::start(env, net, 5, &flags, nic_flags);
+    let sink = fabric.nic(4).to_owned();
+    let sink_ip = format!("10.{net}.0.5");
+    let runs: Vec<(Proc, Proc)> = (0..4)
+        .map(|n| {
+            let sender = fabric.nic(n).to_owned();
+            let args = ["-s", "65536", "-n", "150"];
+            perftest(
+                env,
+                "write_bw",
+                &sink,
+                &sender,
+                &sink_ip,
+                19400 + n as u16,
+                &args,
+            )
+        })
+        .collect();
+    let mut outs = Vec::new();
+    for (n, (server, client)) in runs.into_iter().enumerate() {
+        outs.push(finish(client, &format!("sender {n}")));
+        finish(server, &format!("server for sender {n}"));
+    }
+    (fabric, outs)
+}
+
+#[test]
+fn an_incast_fills_the_queue_to_its_buffer_and_drops_at_the_tail_without_ecn() {
+    let env = Env::new("inc");
+    let (fabric, _) = incast(&env, 72, &[], &[]);
+    let capture = fabric.pcap.join("port5.pcap");
+    let ports = fabric.stop();
+    let sink = &ports[4];
+    // The queue reached the buffer (less than one frame short) and what came on was dropped;
+    // RC's retransmissions still delivered every WRITE (the perftests verified).
+    assert!(counter(sink, "dropped") > 0, "{sink}");
+    assert!(
+        counter(sink, "queue_max_bytes") > 128 * 1024 - 4200,
+        "{sink}"
+    );
+    assert_eq!(counter(sink, "ecn_marked"), 0, "{sink}");
+    assert_eq!(counter(sink, "ecn_capable"), 0, "nothing was ECT: {sink}");
+    decode_strict(&capture);
+}
+
+#[test]
+fn with_ect_senders_red_marks_the_incast_and_the_marks_reach_the_receiver() {
+    let env = Env::new("ecn");
+    let (fabric, _) = incast(
+        &env,
+        73,
+        &["--ecn", "kmin=16K,kmax=96K,pmax=0.2"],
+        &["--ecn"],
+    );
+    let sink_nic = fabric.pcap.join(format!("{}.pcap", fabric.nic(4)));
+    let sender_nic = fabric.pcap.join(format!("{}.pcap", fabric.nic(0)));
+    let ports = fabric.stop();
+    let sink = &ports[4];
+    let (marked, capable) = (counter(sink, "ecn_marked"), counter(sink, "ecn_capable"));
+    assert!(marked > 0 && marked < capable, "{sink}");
+    // What the senders sent was ECT(0); what the sink received has CE marks on RoCE frames,
+    // and every frame still decodes with a good ICRC (the mark is outside it).
+    let sent = frames(&sender_nic);
+    assert!(sent
+        .iter()
+        .filter(|f| ecn::is_rocev2(f) && f[6..12] != f[0..6])
+        .any(|f| ecn::ecn(f) == Some(Ecn::Ect0)));
+    let ce = frames(&sink_nic)
+        .iter()
+        .filter(|f| ecn::is_rocev2(f) && ecn::ecn(f) == Some(Ecn::Ce))
+        .count() as u64;
+    assert!(ce > 0, "no CE mark reached the receiver");
+    assert!(ce <= marked, "{ce} CE frames, {marked} marks");
+    decode_strict(&sink_nic);
+}
+
+#[test]
+fn pfc_pauses_the_senders_and_lets_them_go_on_so_nothing_is_dropped() {
+    let env = Env::new("pfc");
+    let fabric = Fabric::start(
+        &env,
+        74,
+        3,
+        &[
+            "--rate",
+            "500M",
+            "--buffer",
+            "1M",
+            "--pfc",
+            "xoff=48K,xon=16K",
+        ],
+        &["--pfc"],
+    );
+    let sink = fabric.nic(2).to_owned();
+    let runs: Vec<(Proc, Proc)> = (0..2)
+        .map(|n| {
+            let sender = fabric.nic(n).to_owned();
+            let args = ["-s", "65536", "-n", "200"];
+            perftest(
+                &env,
+                "write_bw",
+                &sink,
+                &sender,
+                "10.74.0.3",
+                19500 + n as u16,
+                &args,
+            )
+        })
+        .collect();
+    for (n, (server, client)) in runs.into_iter().enumerate() {
+        finish(client, &format!("sender {n}"));
+        finish(server, &format!("server {n}"));
+    }
+    let sender_capture = fabric.pcap.join(format!("{}.pcap", fabric.nic(0)));
+    let port_capture = fabric.pcap.join("port1.pcap");
+    let ports = fabric.stop();
+    for (n, port) in ports.iter().enumerate().take(2) {
+        assert!(
+            counter(port, "pause_xoff_sent") > 0,
+            "sender {n} never paused: {port}"
+        );
+        assert!(
+            counter(port, "pause_xon_sent") > 0,
+            "sender {n} never let go: {port}"
+        );
+    }
+    for port in &ports {
+        assert_eq!(counter(port, "dropped"), 0, "{port}");
+    }
+    // The sender received the pause frames (its NIC obeyed them: nothing was dropped at the
+    // switch although two senders at full speed met at one 500 Mbit/s port).
+    let pauses: Vec<Pause> = frames(&sender_capture)
+        .iter()
+        .filter_map(|f| Pause::parse(f))
+        .collect();
+    assert!(pauses.iter().any(|p| p.quanta_for(3) == Some(0xffff)));
+    assert!(pauses.iter().any(|p| p.quanta_for(3) == Some(0)));
+    decode_strict(&port_capture);
+}
+
+#[test]
+fn fabric_up_status_and_down_run_a_switch_and_its_nics_as_one() {
+    let env = Env::new("fab");
+    let (a, b) = (env.name("fa"), env.name("fb"));
+    let topology = env.dir.join("rack.fabric");
+    std::fs::write(
+        &topology,
+        format!(
+            "# two NICs on one switch\nswitch --rate 1G\nnic {a} 10.75.0.1/24\nnic {b} 10.75.0.2/24 --ecn\n"
+        ),
+    )
+    .unwrap();
+    let fabric_name = env.name("rack");
+    let mut up = Proc::spawn(
+        env.roce(&[
+            "fabric",
+            "up",
+            topology.to_str().unwrap(),
+            "--name",
+            &fabric_name,
+        ]),
+        false,
+    );
+    up.expect(|l| l.starts_with(&format!("fabric {fabric_name} up")));
+    let status = env.run(&["fabric", "status"]);
+    assert!(status.status.success(), "{}", status.stderr);
+    for want in [&a, &b, &"switch".to_owned()] {
+        assert!(status.stdout.contains(want.as_str()), "{}", status.stdout);
+    }
+    assert!(!status.stdout.contains("GONE"), "{}", status.stdout);
+    let (server, client) = perftest(&env, "write_bw", &b, &a, "10.75.0.2", 19600, &["-n", "50"]);
+    finish(client, "client");
+    finish(server, "server");
+    let status = env.run(&["fabric", "status", &fabric_name]);
+    let port2 = status
+        .stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("2 ") && l.contains(&b))
+        .unwrap_or_else(|| panic!("{}", status.stdout));
+    let tx: u64 = port2.split_whitespace().nth(3).unwrap().parse().unwrap();
+    assert!(tx > 100, "{port2}");
+    let pids: Vec<i32> = status
+        .stdout
+        .lines()
+        .filter_map(|l| {
+            l.split("pid ")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect();
+    assert_eq!(pids.len(), 3, "{}", status.stdout);
+    let down = env.run(&["fabric", "down", &fabric_name]);
+    assert!(down.status.success(), "{}", down.stderr);
+    assert!(up.wait(PATIENCE).success());
+    let out = up.drain_stdout();
+    assert!(out.contains("switch stopped"), "{out}");
+    for pid in pids {
+        // SAFETY: signal 0 only asks whether the process exists.
+        assert_ne!(unsafe { libc::kill(pid, 0) }, 0, "{pid} still runs");
+    }
+    assert!(!env.socket(&a).exists() && !shm_exists(&format!("{a}-doorbell")));
+    let gone = env.run(&["fabric", "status", &fabric_name]);
+    assert!(!gone.status.success());
+    assert!(gone.stderr.contains("no fabric named"), "{}", gone.stderr);
+}
+
+#[test]
+fn two_nic_processes_on_a_shared_memory_link() {
+    let env = Env::new("shm");
+    let link = format!("shm:{}", env.name("wire"));
+    let nic = |end: &str, host: u8| Nic {
+        name: env.name(end),
+        ip: format!("10.76.0.{host}/24"),
+        link: link.clone(),
+        mtu: 4200,
+        neighbours: Vec::new(),
+        pcap: Some(env.dir.join(format!("{end}.pcap"))),
+        netns: None,
+        extra: Vec::new(),
+    };
+    let (a, b) = (nic("a", 1), nic("b", 2));
+    let pa = env.nic(&a);
+    let pb = env.nic(&b);
+    for (n, test) in ["write_bw", "read_bw", "send_bw"].into_iter().enumerate() {
+        let (server, client) = perftest(
+            &env,
+            test,
+            &b.name,
+            &a.name,
+            "10.76.0.2",
+            19700 + n as u16,
+            &["-s", "65536", "-n", "200"],
+        );
+        finish(client, test);
+        finish(server, test);
+    }
+    drop((pa, pb));
+    for end in ["a", "b"] {
+        decode_strict(&env.dir.join(format!("{end}.pcap")));
+    }
+    let shm = format!("/dev/shm/roce-link-{}", env.name("wire"));
+    assert!(!Path::new(&shm).exists(), "{shm} left behind");
+}
