@@ -391,9 +391,17 @@ fn watch(shutdown: &Shutdown, members: &mut [(Running, StateMember)]) -> Result<
     }
 }
 
+/// Whether process `pid` runs (a zombie, ended but not yet reaped by its parent, does not).
 fn alive(pid: u32) -> bool {
     // SAFETY: signal 0 only checks that the process exists.
-    pid != 0 && unsafe { libc::kill(pid as libc::pid_t, 0) } == 0
+    if pid == 0 || unsafe { libc::kill(pid as libc::pid_t, 0) } != 0 {
+        return false;
+    }
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat
+        .rfind(')')
+        .and_then(|at| stat[at + 1..].trim_start().chars().next());
+    state != Some('Z')
 }
 
 fn read_state(path: &Path) -> Option<State> {

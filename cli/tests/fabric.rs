@@ -388,14 +388,23 @@ fn fabric_up_status_and_down_run_a_switch_and_its_nics_as_one() {
     let (server, client) = perftest(&env, "write_bw", &b, &a, "10.75.0.2", 19600, &["-n", "50"]);
     finish(client, "client");
     finish(server, "server");
-    let status = env.run(&["fabric", "status", &fabric_name]);
-    let port2 = status
-        .stdout
-        .lines()
-        .find(|l| l.trim_start().starts_with("2 ") && l.contains(&b))
-        .unwrap_or_else(|| panic!("{}", status.stdout));
-    let tx: u64 = port2.split_whitespace().nth(3).unwrap().parse().unwrap();
-    assert!(tx > 100, "{port2}");
+    // The switch rewrites its counters file every 100 ms: the transfer shows soon after.
+    let port2_tx = || {
+        let status = env.run(&["fabric", "status", &fabric_name]);
+        let line = status
+            .stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with("2 ") && l.contains(&b))
+            .map(str::to_owned);
+        let tx = line
+            .as_deref()
+            .and_then(|l| l.split_whitespace().nth(3)?.parse::<u64>().ok());
+        (status, tx.unwrap_or(0))
+    };
+    eventually("the write shows in the switch's counters", || {
+        port2_tx().1 > 100
+    });
+    let (status, _) = port2_tx();
     let pids: Vec<i32> = status
         .stdout
         .lines()
@@ -415,6 +424,7 @@ fn fabric_up_status_and_down_run_a_switch_and_its_nics_as_one() {
     let out = up.drain_stdout();
     assert!(out.contains("switch stopped"), "{out}");
     for pid in pids {
+        // The members were the `up` process's children, reaped by it.
         // SAFETY: signal 0 only asks whether the process exists.
         assert_ne!(unsafe { libc::kill(pid, 0) }, 0, "{pid} still runs");
     }
