@@ -471,3 +471,169 @@ fn two_nic_processes_on_a_shared_memory_link() {
     let shm = format!("/dev/shm/roce-link-{}", env.name("wire"));
     assert!(!Path::new(&shm).exists(), "{shm} left behind");
 }
+
+/// The congestion point of the real kind: our NICs on veth interfaces through a Linux bridge
+/// whose port towards the receiver has a `tc` RED queue with ECN behind a 100 Mbit/s shaper,
+/// all in a network namespace this test creates. Two senders that mark their RoCE packets
+/// ECT(0) overfill it; the kernel marks them CE, and the receiver's capture shows the marks.
+///
+/// Kernels built without the RED qdisc (CONFIG_NET_SCH_RED; this project's CI kernel has no
+/// AQM qdisc at all) get the kernel's other marker instead: an nftables rule on the same port's
+/// egress that marks ECT packets CE while the port's ECT traffic runs above 5 MiB/s (about
+/// 42 Mbit/s, under the shaper's 100) — a phantom queue, as HULL marks, rather than a real
+/// one. Either way the kernel, not our code, decides what to mark.
+#[test]
+fn the_kernels_red_queue_marks_our_ect_frames() {
+    let env = Env::new("tcred");
+    let Some(ns) = roce_nic::testbed::netns::Netns::create("tcred") else {
+        return;
+    };
+    let tag = std::process::id() % 100_000;
+    ns.ip(&["link", "add", "br0", "type", "bridge"]);
+    ns.ip(&["link", "set", "br0", "up"]);
+    let mut nics = Vec::new();
+    for n in 0..3 {
+        let (nic_end, bridge_end) = (format!("rn{tag}{n}"), format!("rb{tag}{n}"));
+        ns.veth(&nic_end, &bridge_end);
+        ns.ip(&["link", "set", &bridge_end, "master", "br0"]);
+        nics.push((nic_end, bridge_end));
+    }
+    // The receiver's bridge port: a 100 Mbit/s shaper with RED and ECN under it.
+    let egress = &nics[2].1;
+    let tc = |args: &[&str]| {
+        let out = ns.command(&[&["tc"], args].concat()).output().unwrap();
+        assert!(
+            out.status.success(),
+            "tc {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    tc(&[
+        "qdisc", "add", "dev", egress, "root", "handle", "1:", "htb", "default", "1",
+    ]);
+    tc(&[
+        "class", "add", "dev", egress, "parent", "1:", "classid", "1:1", "htb", "rate", "100mbit",
+    ]);
+    let red = "limit 400000 min 20000 max 60000 avpkt 1100 burst 35 probability 0.2 \
+               bandwidth 100mbit ecn";
+    let mut red_args = vec![
+        "tc", "qdisc", "add", "dev", egress, "parent", "1:1", "handle",
+    ];
+    red_args.extend(["10:", "red"]);
+    red_args.extend(red.split_whitespace());
+    let red = ns.command(&red_args).output().unwrap();
+    let marker = if red.status.success() {
+        Marker::Red
+    } else {
+        let why = String::from_utf8_lossy(&red.stderr);
+        assert!(why.contains("unknown"), "tc red: {why}");
+        eprintln!(
+            "NOTE: this kernel has no RED qdisc ({}); the kernel's nftables marks instead",
+            why.trim()
+        );
+        let rules = format!(
+            "table netdev congestion {{\n  chain egress {{\n    type filter hook egress \
+             device {egress} priority 0;\n    counter\n    ip ecn ect0 counter\n    ip ecn ect0 limit rate over 5 mbytes/second \
+             burst 32 kbytes ip ecn set ce counter\n  }}\n}}\n"
+        );
+        let file = env.dir.join("marker.nft");
+        std::fs::write(&file, rules).unwrap();
+        let out = ns
+            .command(&["nft", "-f", file.to_str().unwrap()])
+            .output()
+            .expect("nft (Debian package nftables) runs");
+        assert!(
+            out.status.success(),
+            "nft: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Marker::Nftables
+    };
+    let pcap = env.dir.join("receiver.pcap");
+    let started: Vec<(Nic, Proc)> = nics
+        .iter()
+        .enumerate()
+        .map(|(n, (ifname, _))| {
+            let nic = Nic {
+                name: env.name(&format!("k{n}")),
+                ip: format!("10.77.0.{}/24", n + 1),
+                link: format!("iface:{ifname}"),
+                mtu: 1500,
+                neighbours: Vec::new(),
+                pcap: (n == 2).then(|| pcap.clone()),
+                netns: Some(ns.name().to_owned()),
+                extra: if n < 2 {
+                    vec!["--ecn".into()]
+                } else {
+                    Vec::new()
+                },
+            };
+            let proc = env.nic(&nic);
+            (nic, proc)
+        })
+        .collect();
+    let receiver = started[2].0.name.clone();
+    let runs: Vec<(Proc, Proc)> = (0..2)
+        .map(|n| {
+            let sender = started[n].0.name.clone();
+            let args = ["-s", "65536", "-n", "100"];
+            perftest(
+                &env,
+                "write_bw",
+                &receiver,
+                &sender,
+                "10.77.0.3",
+                19800 + n as u16,
+                &args,
+            )
+        })
+        .collect();
+    for (n, (server, client)) in runs.into_iter().enumerate() {
+        finish(client, &format!("sender {n}"));
+        finish(server, &format!("server {n}"));
+    }
+    let stats = match marker {
+        Marker::Red => tc(&["-s", "qdisc", "show", "dev", egress]),
+        Marker::Nftables => {
+            let out = ns.command(&["nft", "list", "ruleset"]).output().unwrap();
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        }
+    };
+    drop(started);
+    // The kernel's own count of the marks it made (tc's `marked`, the nftables rule's
+    // counter)…
+    let word = match marker {
+        Marker::Red => "marked",
+        Marker::Nftables => "packets",
+    };
+    // (The last count: nftables lists the marking rule after the ones that only count.)
+    let marked: u64 = stats
+        .lines()
+        .filter(|l| l.contains(word))
+        .next_back()
+        .unwrap_or("")
+        .split_whitespace()
+        .skip_while(|w| *w != word)
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no {word} count in:\n{stats}"));
+    assert!(marked > 0, "the kernel marked nothing:\n{stats}");
+    // …and the marks as the receiver saw them: CE on our RoCE frames, still decoding cleanly.
+    let ce = frames(&pcap)
+        .iter()
+        .filter(|f| ecn::is_rocev2(f) && ecn::ecn(f) == Some(Ecn::Ce))
+        .count();
+    assert!(
+        ce > 0,
+        "no CE-marked RoCE frame reached the receiver; tc says:\n{stats}"
+    );
+    decode_strict(&pcap);
+}
+
+/// Which of the kernel's markers a test found.
+#[derive(Clone, Copy)]
+enum Marker {
+    Red,
+    Nftables,
+}
