@@ -610,8 +610,7 @@ fn the_kernels_red_queue_marks_our_ect_frames() {
     // (The last count: nftables lists the marking rule after the ones that only count.)
     let marked: u64 = stats
         .lines()
-        .filter(|l| l.contains(word))
-        .next_back()
+        .rfind(|l| l.contains(word))
         .unwrap_or("")
         .split_whitespace()
         .skip_while(|w| *w != word)

@@ -123,8 +123,8 @@ fn incast(port: PortConfig, ect: bool, obey_pauses: bool, duration: Duration) ->
     let mut paused_until = [t0; 4];
     let mut now = t0;
     while now < t0 + duration {
-        for s in 0..4 {
-            if !obey_pauses || paused_until[s] <= now {
+        for (s, until) in paused_until.iter().enumerate() {
+            if !obey_pauses || *until <= now {
                 sw.receive(s, frame(s as u8 + 1, 5, len, ect), now, <[u8]>::to_vec);
             }
         }
