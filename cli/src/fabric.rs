@@ -32,11 +32,23 @@ use crate::Failure;
 pub enum FabricCommand {
     /// Start the switch and the NICs of a topology file; stop them all on Ctrl-C, SIGTERM or
     /// `roce fabric down`.
+    #[command(after_long_help = "Examples:
+  roce fabric up rack.fabric                    until Ctrl-C or `roce fabric down`
+  roce fabric up rack.fabric --pcap /tmp/rack   every switch port and every NIC recorded
+
+A topology file, one member a line:
+  switch --rate 1G --buffer 256K --ecn kmin=20K,kmax=200K,pmax=0.01
+  nic s1 10.0.0.1/24 --ecn
+  nic r  10.0.0.2/24")]
     Up(UpArgs),
     /// Stop a running fabric (the only one, or the one named).
+    #[command(after_long_help = "Examples:\n  roce fabric down\n  roce fabric down rack")]
     Down(NameArgs),
     /// Show a running fabric's members and its switch's port counters.
-    Status(NameArgs),
+    #[command(
+        after_long_help = "Examples:\n  roce fabric status\n  roce fabric status rack --json | jq .ports"
+    )]
+    Status(StatusArgs),
 }
 
 #[derive(clap::Args)]
@@ -55,6 +67,15 @@ pub struct UpArgs {
 pub struct NameArgs {
     /// The fabric's name (may be left out when only one runs).
     name: Option<String>,
+}
+
+#[derive(clap::Args)]
+pub struct StatusArgs {
+    /// The fabric's name (may be left out when only one runs).
+    name: Option<String>,
+    /// One JSON object: the members and the switch's counters file as it is.
+    #[arg(long)]
+    json: bool,
 }
 
 /// How long a member may take to say it is ready, and to stop.
@@ -454,8 +475,29 @@ fn down(args: NameArgs) -> Result<ExitCode, Failure> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn status(args: NameArgs) -> Result<ExitCode, Failure> {
+fn status(args: StatusArgs) -> Result<ExitCode, Failure> {
     let (name, state) = find(args.name.as_deref())?;
+    let stats = std::fs::read_to_string(&state.stats)
+        .map_err(|e| Failure::new(format!("cannot read {}: {e}", state.stats.display())))?;
+    let stats: serde_json::Value = serde_json::from_str(&stats)
+        .map_err(|e| Failure::new(format!("{}: {e}", state.stats.display())))?;
+    if args.json {
+        let members: Vec<serde_json::Value> = state
+            .members
+            .iter()
+            .map(|m| {
+                serde_json::json!({
+                    "role": m.role, "name": m.name, "pid": m.pid, "port": m.port,
+                    "link": m.link, "running": alive(m.pid),
+                })
+            })
+            .collect();
+        let all = serde_json::json!({
+            "fabric": name, "pid": state.pid, "members": members, "ports": stats["ports"],
+        });
+        say!("{all}");
+        return Ok(ExitCode::SUCCESS);
+    }
     say!("fabric {name} (process {})", state.pid);
     for m in &state.members {
         let port = m.port.map(|p| format!("port {p}")).unwrap_or_default();
@@ -468,10 +510,6 @@ fn status(args: NameArgs) -> Result<ExitCode, Failure> {
             m.link
         );
     }
-    let stats = std::fs::read_to_string(&state.stats)
-        .map_err(|e| Failure::new(format!("cannot read {}: {e}", state.stats.display())))?;
-    let stats: serde_json::Value = serde_json::from_str(&stats)
-        .map_err(|e| Failure::new(format!("{}: {e}", state.stats.display())))?;
     let ports = stats["ports"].as_array().cloned().unwrap_or_default();
     say!(
         "  {:>4} {:12} {:>10} {:>10} {:>8} {:>8} {:>10} {:>10} {:>6} {:>6}",

@@ -20,6 +20,13 @@ use crate::signals::Shutdown;
 use crate::Failure;
 
 #[derive(clap::Args)]
+#[command(after_long_help = "Examples:
+  roce switch --port 127.0.0.1:7001,127.0.0.1:7101 --port 127.0.0.1:7002,127.0.0.1:7102
+  roce switch --port ... --port ... --rate 1G --buffer 256K --ecn kmin=20K,kmax=200K,pmax=0.01
+  roce switch --port ... --port ... --pfc xoff=96K,xon=32K --pcap /tmp/ports --stats sw.json
+
+A NIC plugs into port 1 with the two addresses swapped:
+  roce nic --name a --ip 10.0.0.1 --link cable:127.0.0.1:7101,127.0.0.1:7001")]
 pub struct Args {
     /// A port (repeatable, in order: port 1, 2, ...): `LOCAL_UDP_ADDR,REMOTE_UDP_ADDR` or
     /// `cable:...` (one Ethernet frame per datagram, as `roce nic` and QEMU's -netdev dgram),

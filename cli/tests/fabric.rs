@@ -385,6 +385,11 @@ fn fabric_up_status_and_down_run_a_switch_and_its_nics_as_one() {
         assert!(status.stdout.contains(want.as_str()), "{}", status.stdout);
     }
     assert!(!status.stdout.contains("GONE"), "{}", status.stdout);
+    let json = env.run(&["fabric", "status", "--json"]);
+    let json: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(json["members"].as_array().unwrap().len(), 3, "{json}");
+    assert_eq!(json["ports"].as_array().unwrap().len(), 2, "{json}");
+    assert!(json["members"][1]["running"].as_bool().unwrap());
     let (server, client) = perftest(&env, "write_bw", &b, &a, "10.75.0.2", 19600, &["-n", "50"]);
     finish(client, "client");
     finish(server, "server");
