@@ -102,19 +102,7 @@ impl Switched {
         let table = self.proc.drain_stdout();
         self.proc.wait(Duration::from_secs(20));
         for port in 1..=2 {
-            let capture = self.captures.join(format!("port{port}.pcap"));
-            let strict = Command::new(env!("CARGO_BIN_EXE_roce"))
-                .args(["decode", "--strict"])
-                .arg(&capture)
-                .output()
-                .expect("running roce decode");
-            if !strict.status.success() {
-                failures.push(format!(
-                    "roce decode --strict {}: {}",
-                    capture.display(),
-                    String::from_utf8_lossy(&strict.stderr).trim()
-                ));
-            }
+            decode_strict(&self.captures.join(format!("port{port}.pcap")), failures);
         }
         let dropped: u64 = table
             .lines()
@@ -307,6 +295,23 @@ fn run_ours(env: &Env, mut args: Vec<String>) -> Ours {
     }
 }
 
+/// `roce decode --strict` of `capture`: a failure if it finds a bad ICRC or a malformed packet.
+fn decode_strict(capture: &Path, failures: &mut Vec<String>) {
+    let strict = Command::new(env!("CARGO_BIN_EXE_roce"))
+        .args(["decode", "--strict"])
+        .arg(capture)
+        .stdout(std::process::Stdio::null())
+        .output()
+        .expect("running roce decode");
+    if !strict.status.success() {
+        failures.push(format!(
+            "roce decode --strict {}: {}",
+            capture.display(),
+            String::from_utf8_lossy(&strict.stderr).trim()
+        ));
+    }
+}
+
 /// Both sides of each scenario: our exit status and `verified:` line, the guest tool's exit
 /// status and success output. Returns the table of results.
 fn check_scenarios(
@@ -383,19 +388,7 @@ fn check_wire(
     }
     let mut all = wire::Wire::default();
     for capture in captures {
-        let strict = Command::new(env!("CARGO_BIN_EXE_roce"))
-            .args(["decode", "--strict"])
-            .arg(capture)
-            .stdout(std::process::Stdio::null())
-            .output()
-            .expect("running roce decode");
-        if !strict.status.success() {
-            failures.push(format!(
-                "roce decode --strict {}: {}",
-                capture.display(),
-                String::from_utf8_lossy(&strict.stderr).trim()
-            ));
-        }
+        decode_strict(capture, failures);
         let wire = wire::inspect(capture, NIC_MAC, GUEST_MAC);
         if !wire.bad.is_empty() {
             failures.push(format!(
