@@ -56,7 +56,11 @@ pub struct Args {
     /// Keep every port's counters in this file (JSON, replaced whole every --stats-every).
     #[arg(long, value_name = "FILE")]
     stats: Option<PathBuf>,
-    /// How often the stats file is rewritten, in milliseconds.
+    /// Append every port's counters to this file as one JSON line per --stats-every: the
+    /// history of queue depths, marks, drops and pauses, for plotting.
+    #[arg(long, value_name = "FILE")]
+    stats_log: Option<PathBuf>,
+    /// How often the stats file is rewritten (and the log appended to), in milliseconds.
     #[arg(long, default_value_t = 100, value_name = "MS")]
     stats_every: u64,
     /// Seed of the marking decisions (the same seed and frames give the same marks).
@@ -130,8 +134,9 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     config.pfc_priority = args.pfc_priority;
     config.seed = args.seed;
     let described: Vec<String> = links.iter().map(|l| l.describe.clone()).collect();
-    let stats = args.stats.clone().map(|path| StatsFile {
-        path,
+    let stats = (args.stats.is_some() || args.stats_log.is_some()).then(|| StatsFile {
+        path: args.stats.clone(),
+        log: args.stats_log.clone(),
         every: Duration::from_millis(args.stats_every.max(1)),
     });
     let driver = Driver::new(Switch::new(config), links, stats)

@@ -35,6 +35,10 @@ impl Fabric {
             pcap.display().to_string(),
             "--stats".into(),
             stats.display().to_string(),
+            "--stats-log".into(),
+            env.dir.join("switch.log").display().to_string(),
+            "--stats-every".into(),
+            "10".into(),
         ]);
         args.extend(switch_flags.iter().map(|s| s.to_string()));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -258,6 +262,20 @@ fn an_incast_fills_the_queue_to_its_buffer_and_drops_at_the_tail_without_ecn() {
     assert_eq!(counter(sink, "ecn_marked"), 0, "{sink}");
     assert_eq!(counter(sink, "ecn_capable"), 0, "nothing was ECT: {sink}");
     decode_strict(&capture);
+    // The history (`--stats-log`, a line every 10 ms) saw the queue build up to the buffer.
+    let history = std::fs::read_to_string(env.dir.join("switch.log")).unwrap();
+    let depths: Vec<u64> = history
+        .lines()
+        .map(|l| {
+            let sample: serde_json::Value = serde_json::from_str(l).unwrap();
+            counter(&sample["ports"][4], "queue_bytes")
+        })
+        .collect();
+    assert!(depths.len() > 10, "{} samples", depths.len());
+    assert!(
+        depths.iter().any(|&d| d > 64 * 1024),
+        "the sampled queue never passed half the buffer: {depths:?}"
+    );
 }
 
 #[test]

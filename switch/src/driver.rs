@@ -32,10 +32,13 @@ pub struct PortLink {
     pub describe: String,
 }
 
-/// Where and how often the counters are written.
+/// Where and how often the counters are written: `path` replaced whole each time (the latest
+/// figures), `log` appended to (one JSON line per interval: the history, for plotting queue
+/// depths and marks over time). At least one of them.
 #[derive(Debug, Clone)]
 pub struct StatsFile {
-    pub path: PathBuf,
+    pub path: Option<PathBuf>,
+    pub log: Option<PathBuf>,
     pub every: Duration,
 }
 
@@ -80,6 +83,8 @@ pub struct Driver {
     waker: Arc<Waker>,
     stop: Arc<AtomicBool>,
     stats: Option<StatsFile>,
+    /// The open history file of `stats.log`.
+    log: Option<std::io::BufWriter<std::fs::File>>,
     pollfds: Vec<libc::pollfd>,
 }
 
@@ -96,6 +101,10 @@ impl Driver {
         for port in &mut ports {
             port.link.attach(&pool, &waker);
         }
+        let log = match stats.as_ref().and_then(|s| s.log.as_ref()) {
+            Some(path) => Some(std::io::BufWriter::new(std::fs::File::create(path)?)),
+            None => None,
+        };
         Ok(Driver {
             switch,
             ports,
@@ -103,6 +112,7 @@ impl Driver {
             waker,
             stop: Arc::new(AtomicBool::new(false)),
             stats,
+            log,
             pollfds: Vec::new(),
         })
     }
@@ -128,10 +138,10 @@ impl Driver {
                 }
             }
             busy |= self.transmit(now);
-            if let Some(stats) = &self.stats {
+            if let Some(every) = self.stats.as_ref().map(|s| s.every) {
                 if now >= next_stats {
-                    self.write_stats(&stats.path);
-                    next_stats = now + stats.every;
+                    self.write_stats();
+                    next_stats = now + every;
                 }
                 deadline = Some(deadline.map_or(next_stats, |d| d.min(next_stats)));
             }
@@ -151,9 +161,7 @@ impl Driver {
                 warn!(link = %port.describe, error = %e, "flushing at shutdown failed");
             }
         }
-        if let Some(stats) = &self.stats {
-            self.write_stats(&stats.path);
-        }
+        self.write_stats();
         info!("switch stopped");
         (0..self.switch.port_count())
             .map(|p| self.switch.counters(p).clone())
@@ -286,18 +294,28 @@ impl Driver {
     }
 
     /// Replaces the stats file at once (written beside it, then renamed), so a reader never
-    /// sees half of it.
-    fn write_stats(&self, path: &std::path::Path) {
-        let text = match serde_json::to_string_pretty(&self.snapshot()) {
-            Ok(text) => text,
-            Err(e) => {
-                warn!(error = %e, "cannot render the counters");
-                return;
-            }
+    /// sees half of it, and appends a line to the history.
+    fn write_stats(&mut self) {
+        let Some(stats) = &self.stats else {
+            return;
         };
-        let tmp = path.with_extension("tmp");
-        if let Err(e) = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, path)) {
-            warn!(path = %path.display(), error = %e, "cannot write the counters");
+        let snapshot = self.snapshot();
+        if let Some(path) = &stats.path {
+            let text = serde_json::to_string_pretty(&snapshot).unwrap_or_default();
+            let tmp = path.with_extension("tmp");
+            if let Err(e) = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, path)) {
+                warn!(path = %path.display(), error = %e, "cannot write the counters");
+            }
+        }
+        let line = self
+            .log
+            .is_some()
+            .then(|| serde_json::to_string(&snapshot).unwrap_or_default());
+        if let (Some(log), Some(line)) = (&mut self.log, line) {
+            use std::io::Write;
+            if let Err(e) = writeln!(log, "{line}").and_then(|()| log.flush()) {
+                warn!(error = %e, "cannot append to the counters' history");
+            }
         }
     }
 }
