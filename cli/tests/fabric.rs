@@ -262,19 +262,46 @@ fn an_incast_fills_the_queue_to_its_buffer_and_drops_at_the_tail_without_ecn() {
     assert_eq!(counter(sink, "ecn_marked"), 0, "{sink}");
     assert_eq!(counter(sink, "ecn_capable"), 0, "nothing was ECT: {sink}");
     decode_strict(&capture);
-    // The history (`--stats-log`, a line every 10 ms) saw the queue build up to the buffer.
-    let history = std::fs::read_to_string(env.dir.join("switch.log")).unwrap();
-    let depths: Vec<u64> = history
+    // The history (`--stats-log`, a line every 10 ms) saw the queue build up to the buffer…
+    let history: Vec<serde_json::Value> = std::fs::read_to_string(env.dir.join("switch.log"))
+        .unwrap()
         .lines()
-        .map(|l| {
-            let sample: serde_json::Value = serde_json::from_str(l).unwrap();
-            counter(&sample["ports"][4], "queue_bytes")
-        })
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let depths: Vec<u64> = history
+        .iter()
+        .map(|sample| counter(&sample["ports"][4], "queue_bytes"))
         .collect();
     assert!(depths.len() > 10, "{} samples", depths.len());
     assert!(
         depths.iter().any(|&d| d > 64 * 1024),
         "the sampled queue never passed half the buffer: {depths:?}"
+    );
+    // …and the port never sent faster than its line, 500 Mbit/s, from the last sample before
+    // the bulk of the traffic to the end (loopback alone carries several times that). The
+    // switch keeps virtual time: however late the machine's load makes it, it catches up only
+    // to the line rate, never beyond.
+    let at = |s: &serde_json::Value| {
+        (
+            s["time"].as_f64().unwrap(),
+            counter(&s["ports"][4], "tx_bytes"),
+        )
+    };
+    let before = history
+        .iter()
+        .rposition(|s| at(s).1 < 100_000)
+        .expect("a sample before the traffic");
+    let (t0, b0) = at(&history[before]);
+    // The first sample that saw the last byte: the end of the traffic.
+    let end = at(history.last().unwrap()).1;
+    let (t1, b1) = at(history.iter().find(|s| at(s).1 == end).unwrap());
+    let line = (t1 - t0) * 500e6 / 8.0;
+    // Slack: a line that fell behind at t0 catches up by at most what its buffer held.
+    assert!(
+        (b1 - b0) as f64 <= line + 128.0 * 1024.0 + 9216.0,
+        "{} bytes in {:.3} s: faster than 500 Mbit/s",
+        b1 - b0,
+        t1 - t0
     );
 }
 
