@@ -212,12 +212,13 @@ impl Driver {
                 }
             };
             if self.ports[p].link.send(frame).is_err() {
-                self.switch.lost(p);
+                self.switch.lost(p, 1);
             }
         }
         for (p, port) in self.ports.iter_mut().enumerate() {
-            if port.link.flush_sends().is_err() {
-                self.switch.lost(p);
+            let lost = port.link.flush_sends();
+            if lost > 0 {
+                self.switch.lost(p, lost);
             }
         }
         busy

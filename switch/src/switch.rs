@@ -150,9 +150,9 @@ impl<F: std::ops::DerefMut<Target = [u8]>> Switch<F> {
         &self.ports[port].config
     }
 
-    /// Counts a frame the port's link could not take.
-    pub fn lost(&mut self, port: usize) {
-        self.ports[port].counters.tx_lost += 1;
+    /// Counts frames the port's link could not take.
+    pub fn lost(&mut self, port: usize, frames: u64) {
+        self.ports[port].counters.tx_lost += frames;
     }
 
     /// A frame arrived on `ingress`. `copy` makes another frame with the same bytes, for

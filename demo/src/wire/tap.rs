@@ -56,7 +56,7 @@ impl<L: Link> Link for Tap<L> {
         self.inner.service(now)
     }
 
-    fn flush_sends(&mut self) -> io::Result<()> {
+    fn flush_sends(&mut self) -> u64 {
         self.inner.flush_sends()
     }
 

@@ -192,8 +192,10 @@ impl Engine {
         busy |= self.ip_stack.poll(&mut self.tx, Instant::now());
         self.timers();
         // What the link batched goes out before the engine looks for more work or sleeps.
-        if let Err(e) = self.tx.link().flush_sends() {
-            debug!(error = %e, "sending the link's batch failed");
+        let lost = self.tx.link().flush_sends();
+        if lost > 0 {
+            crate::counters::add(&self.counters.tx_dropped, lost);
+            debug!(lost, "the link could not send its whole batch");
         }
         busy
     }

@@ -155,7 +155,7 @@ impl<L: Link> Link for Ect<L> {
     fn service(&mut self, now: Instant) -> Option<Instant> {
         self.inner.service(now)
     }
-    fn flush_sends(&mut self) -> io::Result<()> {
+    fn flush_sends(&mut self) -> u64 {
         self.inner.flush_sends()
     }
     fn flush(&mut self) -> io::Result<()> {

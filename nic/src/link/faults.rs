@@ -332,7 +332,7 @@ impl<L: Link> Link for Faulty<L> {
             .min()
     }
 
-    fn flush_sends(&mut self) -> io::Result<()> {
+    fn flush_sends(&mut self) -> u64 {
         self.inner.flush_sends()
     }
 

@@ -54,10 +54,12 @@ pub trait Link: Send {
     }
 
     /// Puts on the wire what [`Link::send`] held back to batch its system calls (the UDP cable
-    /// sends up to a batch of frames with one `sendmmsg`). The engine calls it at the end of
-    /// every pass, before it sleeps; a link that sends at once has nothing to do.
-    fn flush_sends(&mut self) -> io::Result<()> {
-        Ok(())
+    /// sends up to a batch of frames with one `sendmmsg`), and returns how many frames were
+    /// lost doing so since the last call (a full socket buffer: the engine counts them as
+    /// dropped). The engine calls it at the end of every pass, before it sleeps; a link that
+    /// sends at once has nothing to do.
+    fn flush_sends(&mut self) -> u64 {
+        0
     }
 
     /// Frames that reached the wire are in their final place (flushes files). Called at shutdown.
@@ -88,7 +90,7 @@ impl Link for Box<dyn Link> {
     fn service(&mut self, now: Instant) -> Option<Instant> {
         (**self).service(now)
     }
-    fn flush_sends(&mut self) -> io::Result<()> {
+    fn flush_sends(&mut self) -> u64 {
         (**self).flush_sends()
     }
     fn flush(&mut self) -> io::Result<()> {

@@ -136,7 +136,7 @@ impl<L: Link> Link for Paced<L> {
         }
     }
 
-    fn flush_sends(&mut self) -> io::Result<()> {
+    fn flush_sends(&mut self) -> u64 {
         self.inner.flush_sends()
     }
 

@@ -121,7 +121,7 @@ impl<L: Link> Link for PcapTee<L> {
         self.inner.service(now)
     }
 
-    fn flush_sends(&mut self) -> io::Result<()> {
+    fn flush_sends(&mut self) -> u64 {
         self.inner.flush_sends()
     }
 

@@ -251,7 +251,7 @@ impl<L: Link> Link for Pausable<L> {
         }
     }
 
-    fn flush_sends(&mut self) -> io::Result<()> {
+    fn flush_sends(&mut self) -> u64 {
         self.inner.flush_sends()
     }
 
