@@ -686,3 +686,81 @@ enum Marker {
     Red,
     Nftables,
 }
+
+#[test]
+fn two_switches_cabled_together_carry_rdma_between_their_nics() {
+    let env = Env::new("sw2");
+    // nic a — switch 1 — trunk — switch 2 — nic b
+    let ports: Vec<u16> = (0..6).map(|_| free_udp_port()).collect();
+    let addr = |n: usize| format!("127.0.0.1:{}", ports[n]);
+    let switch = |name: &str, first: (usize, usize), second: (usize, usize)| {
+        let a = format!("{},{}", addr(first.0), addr(first.1));
+        let b = format!("{},{}", addr(second.0), addr(second.1));
+        let pcap = env.dir.join(name);
+        let mut proc = Proc::spawn(
+            env.roce(&[
+                "switch",
+                "--port",
+                &a,
+                "--port",
+                &b,
+                "--pcap",
+                pcap.to_str().unwrap(),
+            ]),
+            false,
+        );
+        proc.expect(|l| l.starts_with("switch ready"));
+        (proc, pcap)
+    };
+    let (s1, pcap1) = switch("s1", (1, 0), (2, 3));
+    let (s2, pcap2) = switch("s2", (3, 2), (4, 5));
+    let nic = |end: &str, host: u8, link: String| Nic {
+        name: env.name(end),
+        ip: format!("10.78.0.{host}/24"),
+        link,
+        mtu: 4200,
+        neighbours: Vec::new(),
+        pcap: None,
+        netns: None,
+        extra: Vec::new(),
+    };
+    let a = nic("a", 1, format!("cable:{},{}", addr(0), addr(1)));
+    let b = nic("b", 2, format!("cable:{},{}", addr(5), addr(4)));
+    let pa = env.nic(&a);
+    let pb = env.nic(&b);
+    for (n, test) in ["write_bw", "read_bw"].into_iter().enumerate() {
+        let args = ["-s", "65536", "-n", "100"];
+        let (server, client) = perftest(
+            &env,
+            test,
+            &b.name,
+            &a.name,
+            "10.78.0.2",
+            19850 + n as u16,
+            &args,
+        );
+        finish(client, test);
+        finish(server, test);
+    }
+    drop((pa, pb));
+    for mut s in [s1, s2] {
+        s.signal(libc::SIGTERM);
+        let table = s.drain_stdout();
+        assert!(s.wait(PATIENCE).success(), "{table}");
+        // Both ports carried the transfer both ways; nothing was dropped.
+        let rows: Vec<Vec<u64>> = table
+            .lines()
+            .filter_map(|l| l.split_whitespace().map(|w| w.parse().ok()).collect())
+            .collect();
+        assert_eq!(rows.len(), 2, "{table}");
+        for row in rows {
+            assert!(row[1] > 1000 && row[2] > 100, "{table}");
+            assert_eq!(row[4], 0, "{table}");
+        }
+    }
+    for pcap in [pcap1, pcap2] {
+        for port in ["port1.pcap", "port2.pcap"] {
+            decode_strict(&pcap.join(port));
+        }
+    }
+}
