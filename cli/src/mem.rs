@@ -165,7 +165,11 @@ fn region_failure(err: RegionError) -> Failure {
         RegionError::Exists { .. }
         | RegionError::NoRoom { .. }
         | RegionError::Io { .. }
-        | RegionError::Anonymous { .. } => Failure::new(err.to_string()),
+        | RegionError::Anonymous { .. }
+        | RegionError::Untrusted { .. }
+        | RegionError::DeviceMemory
+        | RegionError::TooManyGuarded { .. }
+        | RegionError::NoDescriptor => Failure::new(err.to_string()),
     }
 }
 

@@ -64,6 +64,10 @@ pub struct Args {
     /// see docs/rxe-differences.md.
     #[arg(long)]
     rxe_compat: bool,
+    /// Set a limit of what hosts may create, e.g. max_qp=64 or host_max_shm=67108864
+    /// (repeatable; `roce host info` lists them all with their values).
+    #[arg(long = "limit", value_name = "NAME=VALUE")]
+    limits: Vec<String>,
 }
 
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
@@ -78,10 +82,16 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         neighbours: &args.neighbours,
         rxe_compat: args.rxe_compat,
     })?;
-    // Hosts in other processes map the rings: they live in /dev/shm under the NIC's name.
+    // Hosts in other processes map the rings: memfds named after the NIC.
     config.rings = RingMemory::Shared {
         prefix: args.name.clone(),
     };
+    for limit in &args.limits {
+        config
+            .limits
+            .set(limit)
+            .map_err(|e| Failure::usage(e.to_string()))?;
+    }
     let spec = device::parse_link(&args.link)?;
     let rate = device::parse_rate(args.rate.as_deref())?;
     let faults = device::parse_faults(args.faults.as_deref())?;

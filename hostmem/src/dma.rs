@@ -75,7 +75,7 @@ impl<'a> Place<'a> {
         // SAFETY: `span` checked the range; `src` is a Rust slice, so it cannot be the shared
         // mapping, which is only ever reached through raw pointers.
         unsafe { ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) };
-        Ok(())
+        self.intact()
     }
 
     /// Copies bytes starting `at` bytes in straight into `dst`, typically the payload of an
@@ -85,10 +85,20 @@ impl<'a> Place<'a> {
         let src = self.span(at, dst.len())?;
         // SAFETY: as in `write`, with the roles swapped.
         unsafe { ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), dst.len()) };
+        self.intact()
+    }
+
+    /// Err if the memory vanished under (or before) the copy: its owner shrank the file behind
+    /// a guarded mapping, so what was read is zeros and what was written went nowhere.
+    fn intact(&self) -> Result<(), AccessError> {
+        if self.region.is_some_and(Region::faulted) {
+            return Err(AccessError::OutOfBounds);
+        }
         Ok(())
     }
 
     fn span(&self, at: usize, len: usize) -> Result<*mut u8, AccessError> {
+        self.intact()?;
         match at.checked_add(len) {
             // SAFETY: at <= end <= self.len, so the pointer stays inside the place (for the
             // empty place, at == 0 and the offset is zero).

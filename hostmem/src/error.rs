@@ -57,6 +57,14 @@ pub enum RegionError {
     },
     #[error("cannot map {size} bytes of anonymous memory: {source}")]
     Anonymous { size: usize, source: io::Error },
+    #[error("refusing {}: {reason}", path.display())]
+    Untrusted { path: PathBuf, reason: String },
+    #[error("the memory is the NIC's own (a ring or a doorbell), which no host may register")]
+    DeviceMemory,
+    #[error("too many mappings of files that others may shrink (at most {max})")]
+    TooManyGuarded { max: usize },
+    #[error("this region has no descriptor to pass to another process (it is private memory)")]
+    NoDescriptor,
 }
 
 /// Why a protection domain or memory registration operation was refused.

@@ -90,6 +90,11 @@ impl MrTable {
         self.pds.alloc()
     }
 
+    /// How many registrations `pd` holds (0 for an unknown domain).
+    pub fn registrations_in(&self, pd: PdId) -> usize {
+        self.pds.registrations(pd)
+    }
+
     /// Frees `pd`; refused while registrations still use it.
     pub fn dealloc_pd(&mut self, pd: PdId) -> Result<(), MrError> {
         self.pds.dealloc(pd)

@@ -44,6 +44,11 @@ impl PdTable {
         }
     }
 
+    /// How many registrations `pd` holds.
+    pub fn registrations(&self, pd: PdId) -> usize {
+        self.registrations.get(&pd).copied().unwrap_or(0)
+    }
+
     /// Counts one more registration in `pd`.
     pub fn add_registration(&mut self, pd: PdId) -> Result<(), MrError> {
         let count = self.registrations.get_mut(&pd).ok_or(MrError::UnknownPd)?;

@@ -1,16 +1,42 @@
 //! A region: a block of shared memory that stands in for host RAM.
 //!
-//! The host program creates a region; the NIC, possibly another process, attaches to it by name
-//! and gets its own mapping of the same pages, the way a DMA engine reaches RAM without the CPU.
+//! The host program creates a region; the NIC, possibly another process, gets the region's
+//! descriptor passed over its control socket and maps the same pages, the way a DMA engine
+//! reaches RAM without the CPU. A region is a sealed memfd ([`Region::shared`]: nobody can
+//! shrink it under the NIC) or a named file in /dev/shm that tools can find by name
+//! ([`Region::create`]), which the NIC maps guarded (see [`crate::guard`]).
 
 use std::fs::File;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::ptr;
+use std::sync::Mutex;
 
 use memmap2::{MmapOptions, MmapRaw};
 
-use crate::shm::{self, FileId};
+use crate::guard::{Guard, MAX_GUARDED};
+use crate::shm::{self, FileId, Kind};
 use crate::{RegionError, MAX_SIZE};
+
+/// The files of this process's device memory (the NIC's rings and doorbells), which a host
+/// must not register: see [`Region::device_memory`].
+static DEVICE_FILES: Mutex<Vec<FileId>> = Mutex::new(Vec::new());
+
+fn device_files() -> std::sync::MutexGuard<'static, Vec<FileId>> {
+    DEVICE_FILES.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Whether `fd` is a file of this process's device memory (a ring or a doorbell of a NIC
+/// running here), so that a host's registration of it can be refused.
+pub fn is_device_memory(fd: BorrowedFd<'_>) -> bool {
+    let Ok(file) = fd.try_clone_to_owned().map(File::from) else {
+        return false;
+    };
+    let Ok(id) = FileId::of(&file, Path::new("a passed descriptor")) else {
+        return false;
+    };
+    device_files().contains(&id)
+}
 
 /// One process's mapping of a block of shared memory.
 ///
@@ -24,6 +50,12 @@ pub struct Region {
     path: Option<PathBuf>,
     /// For the owner of a region that does not persist: the file to remove on drop.
     owned: Option<FileId>,
+    /// The descriptor behind the mapping, to pass to another process (None: private memory).
+    file: Option<File>,
+    /// Set for a mapping of a file that others may shrink (dropped before the mapping).
+    guard: Option<Guard>,
+    /// Set for device memory: the file id to forget on drop.
+    device: Option<FileId>,
 }
 
 impl Region {
@@ -57,6 +89,88 @@ impl Region {
         Self::attach_file(path.to_owned(), true)
     }
 
+    /// A region of `size` bytes (rounded up to whole pages) that no process can ever shrink or
+    /// grow: a memfd with its size sealed. It has no name; it reaches another process as a
+    /// descriptor ([`Region::fd`]) passed over a Unix socket, which is how a host program
+    /// registers memory with a NIC process. Its pages are reserved up front.
+    pub fn shared(size: usize) -> Result<Region, RegionError> {
+        Self::sealed("shared", size)
+    }
+
+    /// Like [`Region::shared`], for memory a NIC creates for its hosts (rings, doorbells):
+    /// [`is_device_memory`] knows its descriptor for as long as the region lives, so that no
+    /// host can register it as its own memory. `label` names the memfd (seen in
+    /// /proc/PID/maps).
+    pub fn device_memory(label: &str, size: usize) -> Result<Region, RegionError> {
+        let mut region = Self::sealed(label, size)?;
+        let id = FileId::of(
+            region.file.as_ref().ok_or(RegionError::NoDescriptor)?,
+            Path::new("memfd"),
+        )?;
+        device_files().push(id);
+        region.device = Some(id);
+        Ok(region)
+    }
+
+    fn sealed(label: &str, size: usize) -> Result<Region, RegionError> {
+        let size = whole_pages(size)?;
+        let file = shm::create_sealed(label, size)?;
+        let map = map(&file, Path::new("memfd"), size)?;
+        let mut region = Region::bare(map);
+        region.file = Some(file);
+        Ok(region)
+    }
+
+    /// Maps a descriptor another process passed (a host's memory for the NIC, or the NIC's
+    /// rings for a host). It must be shared memory (tmpfs or memfd), not empty, and either
+    /// sealed against shrinking or a file owned by `owner_uid` that no other user may write;
+    /// such a file is mapped guarded, so that its owner shrinking it costs a failed access,
+    /// never a crash (see [`Region::faulted`]).
+    pub fn from_fd(fd: OwnedFd, owner_uid: u32) -> Result<Region, RegionError> {
+        let file = File::from(fd);
+        let (len, kind) = shm::check_passed(&file, owner_uid)?;
+        whole_pages(len)?;
+        let map = map(&file, Path::new("a passed descriptor"), len)?;
+        let guard = match kind {
+            Kind::Sealed => None,
+            Kind::Shrinkable => Some(
+                Guard::new(map.as_mut_ptr(), map.len())
+                    .ok_or(RegionError::TooManyGuarded { max: MAX_GUARDED })?,
+            ),
+        };
+        tracing::debug!(len, ?kind, "passed region mapped");
+        let mut region = Region::bare(map);
+        region.name = shm_name(&file);
+        region.file = Some(file);
+        region.guard = guard;
+        Ok(region)
+    }
+
+    fn bare(map: MmapRaw) -> Region {
+        Region {
+            map,
+            name: None,
+            path: None,
+            owned: None,
+            file: None,
+            guard: None,
+            device: None,
+        }
+    }
+
+    /// The descriptor behind the region, to pass to another process; `None` for private
+    /// memory ([`Region::anonymous`]).
+    pub fn fd(&self) -> Option<BorrowedFd<'_>> {
+        self.file.as_ref().map(AsFd::as_fd)
+    }
+
+    /// Whether part of a guarded mapping vanished under an access (its owner shrank the file):
+    /// what was read there was zeros and what was written is lost, so the access must fail.
+    /// Always false for sealed and private memory, which cannot shrink.
+    pub fn faulted(&self) -> bool {
+        self.guard.as_ref().is_some_and(Guard::faulted)
+    }
+
     /// A region private to this process, for the NIC's own queues and rings: the same interface
     /// and page alignment, without a file.
     pub fn anonymous(size: usize) -> Result<Region, RegionError> {
@@ -65,12 +179,7 @@ impl Region {
             .len(size)
             .map_anon()
             .map_err(|source| RegionError::Anonymous { size, source })?;
-        Ok(Region {
-            map: map.into(),
-            name: None,
-            path: None,
-            owned: None,
-        })
+        Ok(Region::bare(map.into()))
     }
 
     /// Removes the region `name`. Processes that have it mapped keep their mapping.
@@ -170,12 +279,11 @@ impl Region {
         match mapped {
             Ok((map, owned)) => {
                 tracing::debug!(path = %path.display(), size, remove_on_drop, "region created");
-                Ok(Region {
-                    map,
-                    name: None,
-                    path: Some(path),
-                    owned,
-                })
+                let mut region = Region::bare(map);
+                region.path = Some(path);
+                region.owned = owned;
+                region.file = Some(file);
+                Ok(region)
             }
             Err(err) => {
                 // Best effort: the mapping error is what the caller needs to hear about.
@@ -189,17 +297,20 @@ impl Region {
         let (file, size) = shm::open_file(&path, follow_links)?;
         let map = map(&file, &path, size)?;
         tracing::debug!(path = %path.display(), size, "region attached");
-        Ok(Region {
-            map,
-            name: None,
-            path: Some(path),
-            owned: None,
-        })
+        let mut region = Region::bare(map);
+        region.path = Some(path);
+        region.file = Some(file);
+        Ok(region)
     }
 }
 
 impl Drop for Region {
     fn drop(&mut self) {
+        // Stop guarding before the mapping goes (it is unmapped after this function).
+        self.guard = None;
+        if let Some(id) = self.device {
+            device_files().retain(|f| *f != id);
+        }
         let (Some(owned), Some(path)) = (self.owned, &self.path) else {
             return;
         };
@@ -211,6 +322,16 @@ impl Drop for Region {
             tracing::warn!(path = %path.display(), %err, "cannot remove region");
         }
     }
+}
+
+/// The region name of a passed file that lies in /dev/shm, for logs (the NIC traces where its
+/// DMA lands by region name).
+fn shm_name(file: &File) -> Option<String> {
+    use std::os::fd::AsRawFd;
+    let path = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).ok()?;
+    let name = path.strip_prefix(shm::SHM_DIR).ok()?.to_str()?;
+    let name = name.strip_prefix(shm::FILE_PREFIX)?;
+    shm::path_for(name).ok().map(|_| name.to_owned())
 }
 
 fn map(file: &File, path: &Path, size: usize) -> Result<MmapRaw, RegionError> {

@@ -217,7 +217,12 @@ fn regions_at_a_given_path_work_like_named_ones() {
 #[test]
 fn an_empty_file_is_not_a_region() {
     let name = unique("empty");
-    std::fs::File::create(shm_path(&name)).unwrap();
+    std::os::unix::fs::OpenOptionsExt::mode(
+        std::fs::OpenOptions::new().write(true).create_new(true),
+        0o600,
+    )
+    .open(shm_path(&name))
+    .unwrap();
     let err = Region::attach(&name).unwrap_err();
     std::fs::remove_file(shm_path(&name)).unwrap();
     assert!(matches!(err, RegionError::Empty { .. }), "{err:?}");

@@ -19,15 +19,6 @@ use crate::verbs::VerbsError;
 /// Identifies one host program (one opened context) to the engine.
 pub type ClientId = u64;
 
-/// Which memory a registration names.
-#[derive(Debug, Clone)]
-pub enum RegionRef {
-    /// A region this process has mapped (the engine shares the mapping).
-    Local(Arc<Region>),
-    /// A region in /dev/shm that the engine attaches to by name.
-    Named(String),
-}
-
 /// A request to the engine.
 #[derive(Debug, Clone)]
 pub enum Request {
@@ -38,7 +29,9 @@ pub enum Request {
     },
     RegMr {
         pd: u32,
-        region: RegionRef,
+        /// The memory, mapped in the engine's process: shared with an in-process host, or
+        /// mapped from the descriptor a host in another process passed.
+        region: Arc<Region>,
         offset: usize,
         len: usize,
         access: Access,
@@ -112,6 +105,11 @@ pub enum Request {
     },
     /// The host program is gone: destroy everything it owned.
     Disconnect,
+    /// This context belongs to host `host` (a process, as the control socket numbers them),
+    /// whose objects count against the per-host limits. Sent by the control socket only.
+    BindHost {
+        host: u32,
+    },
 }
 
 /// What the device tells a host that opens it.
@@ -127,6 +125,8 @@ pub struct DeviceInfo {
     pub max_inline: u32,
     pub max_cqe: u32,
     pub max_qp_rd_atom: u8,
+    /// Every limit of the device, in all and per host (`ibv_devinfo -v` shows the first).
+    pub limits: crate::limits::Limits,
 }
 
 /// A ring the host maps: its memory and where in it the ring lies.

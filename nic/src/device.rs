@@ -10,7 +10,6 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crossbeam::channel::{self, Sender};
-use roce_hostmem::Region;
 use roce_wire::EthernetAddress;
 use smoltcp::wire::{IpAddress, IpCidr};
 
@@ -43,6 +42,8 @@ pub struct DeviceConfig {
     /// Follow Soft-RoCE where it deviates from the IBTA spec.
     pub rxe_compat: bool,
     pub rings: RingMemory,
+    /// What hosts may create, in all and per host.
+    pub limits: crate::limits::Limits,
 }
 
 impl DeviceConfig {
@@ -69,6 +70,7 @@ impl DeviceConfig {
             resolve_timeout: DEFAULT_RESOLVE_TIMEOUT,
             rxe_compat: false,
             rings: RingMemory::Private,
+            limits: crate::limits::Limits::default(),
         }
     }
 
@@ -163,31 +165,11 @@ impl Backend for Handle {
     }
 }
 
-/// The word the engine announces its sleep in. Hosts in other processes must read it without a
-/// system call, so with shared rings it lives in a small named region `<prefix>-doorbell`
-/// (replacing one a crashed earlier run left), which is removed when the device is dropped.
-fn doorbell_word(rings: &RingMemory) -> io::Result<(SharedWord, Option<String>)> {
-    match rings {
-        RingMemory::Private => Ok((SharedWord::private(), None)),
-        RingMemory::Shared { prefix } => {
-            let name = format!("{prefix}-doorbell");
-            let _ = Region::remove(&name);
-            let region = Arc::new(Region::create(&name, 64).map_err(io::Error::other)?);
-            let word = region.as_ptr();
-            // SAFETY: a region's mapping is page aligned and at least a page long, and the Arc
-            // keeps it mapped as long as the word is used.
-            Ok((unsafe { SharedWord::at(word, region) }, Some(name)))
-        }
-    }
-}
-
 /// A running emulated RNIC.
 pub struct Device {
     handle: Arc<Handle>,
     counters: Arc<Counters>,
     config: DeviceConfig,
-    /// With shared rings: the region holding the doorbell's "sleeping" word.
-    doorbell_region: Option<String>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -204,8 +186,9 @@ impl Device {
             )
         })?;
         let (control, requests) = channel::unbounded();
-        let (sleeping, doorbell_region) = doorbell_word(&config.rings)?;
-        let waker = Waker::new(sleeping)?;
+        // Hosts in other processes get doorbells of their own (see `Waker::add_host`): this
+        // word is read in this process only.
+        let waker = Waker::new(SharedWord::private())?;
         let counters = Arc::new(Counters::default());
         let port = PortInfo {
             mac: config.mac,
@@ -228,6 +211,7 @@ impl Device {
             counters: Arc::clone(&counters),
             rings: config.rings.clone(),
             rxe_compat: config.rxe_compat,
+            limits: config.limits,
         })?;
         let thread = std::thread::Builder::new()
             .name(format!("{}-engine", config.name))
@@ -242,7 +226,6 @@ impl Device {
             }),
             counters,
             config,
-            doorbell_region,
             thread: Some(thread),
         })
     }
@@ -268,12 +251,6 @@ impl Device {
     /// The engine's end, for the control socket that serves host programs in other processes.
     pub(crate) fn backend(&self) -> Arc<dyn Backend> {
         Arc::clone(&self.handle) as Arc<dyn Backend>
-    }
-
-    /// The region other processes map to read the doorbell's "sleeping" word (shared rings
-    /// only).
-    pub(crate) fn doorbell_region(&self) -> Option<&str> {
-        self.doorbell_region.as_deref()
     }
 
     /// Stops the engine: QPs go to the error state, the link is flushed.

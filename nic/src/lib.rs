@@ -22,6 +22,7 @@ pub mod cq;
 mod device;
 mod engine;
 pub mod host;
+pub mod limits;
 pub mod link;
 pub mod port;
 pub mod qp;

@@ -1,5 +1,6 @@
 //! How an idle engine is woken: it sleeps in `poll(2)` on an eventfd (and on its links' file
-//! descriptors), and anyone with work for it — a doorbell, a frame from an in-process link, a
+//! descriptors, and on one eventfd per host program in another process), and anyone with work
+//! for it — a doorbell, a frame from an in-process link, a
 //! control command — writes to the eventfd. Writing costs a system call, so it is done only when
 //! the engine has said it is about to sleep; while it is busy polling, a doorbell is just a store
 //! to memory, as with a hardware NIC's doorbell record.
@@ -7,7 +8,7 @@
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// A file descriptor a sleeping engine watches, and for what.
@@ -35,10 +36,13 @@ impl Interest {
 /// One engine's wake-up line.
 #[derive(Debug)]
 pub struct Waker {
-    /// Non-zero while the engine sleeps (or is about to). Lives in shared memory when the engine
-    /// serves other processes, so their doorbells can read it.
+    /// Non-zero while the engine sleeps (or is about to).
     sleeping: SharedWord,
     eventfd: OwnedFd,
+    /// The doorbells of host programs in other processes, one each (a word in memory that host
+    /// maps, and an eventfd): a host that clears its "sleeping" word or drains its eventfd
+    /// only keeps its own doorbells from waking the engine, never another host's.
+    hosts: Mutex<Arc<[Arc<Waker>]>>,
 }
 
 /// A 32-bit word that another process may map as well.
@@ -94,16 +98,44 @@ impl Waker {
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
-        Ok(Arc::new(Waker {
-            sleeping,
-            // SAFETY: `fd` was just created and is owned by nobody else.
-            eventfd: unsafe { OwnedFd::from_raw_fd(fd) },
+        // SAFETY: `fd` was just created and is owned by nobody else.
+        Ok(Waker::from_parts(sleeping, unsafe {
+            OwnedFd::from_raw_fd(fd)
         }))
     }
 
     /// A waker whose eventfd another process handed over.
     pub fn from_parts(sleeping: SharedWord, eventfd: OwnedFd) -> Arc<Waker> {
-        Arc::new(Waker { sleeping, eventfd })
+        Arc::new(Waker {
+            sleeping,
+            eventfd,
+            hosts: Mutex::new(Arc::new([])),
+        })
+    }
+
+    /// Engine side: also listen to `host`'s doorbell, until [`Waker::remove_host`].
+    pub fn add_host(&self, host: &Arc<Waker>) {
+        self.change_hosts(|hosts| hosts.push(Arc::clone(host)));
+    }
+
+    /// Engine side: stop listening to `host`'s doorbell.
+    pub fn remove_host(&self, host: &Arc<Waker>) {
+        self.change_hosts(|hosts| hosts.retain(|h| !Arc::ptr_eq(h, host)));
+    }
+
+    fn change_hosts(&self, change: impl FnOnce(&mut Vec<Arc<Waker>>)) {
+        {
+            let mut hosts = self.hosts();
+            let mut list = hosts.to_vec();
+            change(&mut list);
+            *hosts = list.into();
+        }
+        // A sleeping engine looks at the new list.
+        self.signal();
+    }
+
+    fn hosts(&self) -> std::sync::MutexGuard<'_, Arc<[Arc<Waker>]>> {
+        self.hosts.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Wakes the engine if it sleeps. Call after publishing the work (the store that makes the
@@ -136,11 +168,17 @@ impl Waker {
     /// before calling [`Waker::sleep`].
     pub fn prepare_sleep(&self) {
         self.sleeping.get().store(1, Ordering::SeqCst);
+        for host in self.hosts().iter() {
+            host.sleeping.get().store(1, Ordering::SeqCst);
+        }
     }
 
     /// Engine side: back to busy.
     pub fn awake(&self) {
         self.sleeping.get().store(0, Ordering::SeqCst);
+        for host in self.hosts().iter() {
+            host.sleeping.get().store(0, Ordering::SeqCst);
+        }
     }
 
     /// Engine side: sleeps until the eventfd is readable, one of `interests` is ready, or
@@ -153,12 +191,18 @@ impl Waker {
         timeout: Option<Duration>,
         pollfds: &mut Vec<libc::pollfd>,
     ) {
+        // Held for the sleep, so that no host's eventfd closes while it is polled.
+        let hosts = Arc::clone(&self.hosts());
         pollfds.clear();
-        pollfds.push(libc::pollfd {
-            fd: self.eventfd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        });
+        pollfds.extend(
+            std::iter::once(self)
+                .chain(hosts.iter().map(|h| &**h))
+                .map(|w| libc::pollfd {
+                    fd: w.eventfd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                }),
+        );
         pollfds.extend(interests.iter().map(|i| libc::pollfd {
             fd: i.fd,
             events: i.events,
@@ -171,14 +215,16 @@ impl Waker {
         });
         // SAFETY: `pollfds` is a valid array of pollfd.
         unsafe { libc::poll(pollfds.as_mut_ptr(), pollfds.len() as libc::nfds_t, ms) };
-        let mut count = 0u64;
-        // SAFETY: reads 8 bytes into a valid u64 from our non-blocking eventfd.
-        unsafe {
-            libc::read(
-                self.eventfd.as_raw_fd(),
-                (&mut count as *mut u64).cast(),
-                std::mem::size_of::<u64>(),
-            );
+        for w in std::iter::once(self).chain(hosts.iter().map(|h| &**h)) {
+            let mut count = 0u64;
+            // SAFETY: reads 8 bytes into a valid u64 from a non-blocking eventfd.
+            unsafe {
+                libc::read(
+                    w.eventfd.as_raw_fd(),
+                    (&mut count as *mut u64).cast(),
+                    std::mem::size_of::<u64>(),
+                );
+            }
         }
         self.awake();
     }

@@ -30,6 +30,10 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         d.max_cqe,
         d.max_qp_rd_atom
     );
+    // The limits, as `ibv_devinfo -v` names them (host_* are per host program).
+    for (name, value) in d.limits.iter() {
+        say!("{name} {value}");
+    }
     if args.counters {
         let counters = ctx.counters().map_err(super::verbs_failure)?;
         for (name, _, value) in counters.iter() {

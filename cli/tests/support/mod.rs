@@ -373,6 +373,26 @@ pub fn shm_exists(name: &str) -> bool {
     Path::new(&format!("/dev/shm/roce-{name}")).exists()
 }
 
+/// Whether the process `pid` maps the memfd `roce-<name>` (a NIC's ring or doorbell, which
+/// live in memfds, not in /dev/shm).
+pub fn maps_memfd(pid: i32, name: &str) -> bool {
+    let needle = format!("/memfd:roce-{name} ");
+    std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|maps| maps.contains(&needle))
+}
+
+/// The files in /dev/shm whose names start with `roce-<prefix>`.
+pub fn shm_files(prefix: &str) -> Vec<String> {
+    let prefix = format!("roce-{prefix}");
+    std::fs::read_dir("/dev/shm")
+        .map(|dir| {
+            dir.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(&prefix))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// A region name that is removed when the test ends, however it ends (a killed process cannot
 /// remove the region it created).
 pub struct RegionName(pub String);

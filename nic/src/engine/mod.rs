@@ -3,8 +3,9 @@
 //! programs and work from the send queues, and it never waits for a host: when there is nothing
 //! to do it spins briefly, then sleeps until a frame, a doorbell, a request or a timer wakes it.
 
+mod limits;
 mod neighbours;
-mod objects;
+pub(crate) mod objects;
 mod qp_table;
 mod rx;
 
@@ -47,8 +48,8 @@ const SPIN: Duration = Duration::from_micros(50);
 pub enum RingMemory {
     /// Private memory: every host is in this process.
     Private,
-    /// Named regions `<prefix>-qp<N>` and `<prefix>-cq<N>` in /dev/shm, for hosts in other
-    /// processes.
+    /// Sealed memfds (named `roce-<prefix>-qp<N>` and `roce-<prefix>-cq<N>` in
+    /// /proc/PID/maps) whose descriptors go to hosts in other processes.
     Shared { prefix: String },
 }
 
@@ -66,10 +67,17 @@ pub(crate) struct Engine {
     qps: QpTable,
     ahs: HashMap<u32, Path>,
     ah_owners: HashMap<u32, (ClientId, u32)>,
+    /// The protection domain of each address handle: a UD send may only use an AH of its
+    /// QP's domain (and so of its own host).
+    ah_pds: HashMap<u32, PdId>,
     next_ah: u32,
     counters: Arc<Counters>,
     rings: RingMemory,
     rxe_compat: bool,
+    limits: crate::limits::Limits,
+    /// The host (a process, numbered by the control socket) of each context opened by a host
+    /// in another process; in-process contexts have none, and no per-host limits.
+    client_hosts: HashMap<ClientId, u32>,
     /// QPs owed an ACK after the current batch of received frames.
     acks_due: Vec<u32>,
     local_ips: Vec<IpAddr>,
@@ -105,6 +113,7 @@ pub(crate) struct Setup {
     pub counters: Arc<Counters>,
     pub rings: RingMemory,
     pub rxe_compat: bool,
+    pub limits: crate::limits::Limits,
 }
 
 impl Engine {
@@ -127,10 +136,13 @@ impl Engine {
             qps: QpTable::default(),
             ahs: HashMap::new(),
             ah_owners: HashMap::new(),
+            ah_pds: HashMap::new(),
             next_ah: 1,
             counters: setup.counters,
             rings: setup.rings,
             rxe_compat: setup.rxe_compat,
+            limits: setup.limits,
+            client_hosts: HashMap::new(),
             acks_due: Vec::new(),
             local_ips: setup.local_ips,
             link_deadline: None,
@@ -272,10 +284,12 @@ impl Engine {
     fn transmit(&mut self) -> bool {
         let mut busy = false;
         let now = Instant::now();
+        let ah_pds = std::mem::take(&mut self.ah_pds);
         let (qps, mut ctx) = self.split(now);
         for qp in qps.iter_mut() {
-            busy |= work(qp, &mut ctx);
+            busy |= work(qp, &mut ctx, &ah_pds);
         }
+        self.ah_pds = ah_pds;
         busy
     }
 
@@ -354,7 +368,7 @@ impl Engine {
 
 /// The send-side work of one QP: flush posts in the error state; otherwise fetch newly posted
 /// requests, transmit, and send READ responses. Returns whether anything happened.
-fn work(qp: &mut Qp, ctx: &mut Ctx<'_>) -> bool {
+fn work(qp: &mut Qp, ctx: &mut Ctx<'_>, ah_pds: &HashMap<u32, PdId>) -> bool {
     let mut busy = false;
     // A completion queue in error takes its QPs with it (IBTA: CQ overrun).
     let live = !matches!(qp.state, QpState::Reset | QpState::Err);
@@ -374,8 +388,12 @@ fn work(qp: &mut Qp, ctx: &mut Ctx<'_>) -> bool {
         let mtu = qp.attrs.path_mtu.bytes();
         let qp_type = qp.qp_type;
         let ahs = ctx.ahs;
+        let pd = qp.pd;
         let fetched = qp.sq.fetch(&qp.cap, qp_type == QpType::Ud, |wqe| {
-            let has_dest = wqe.ud.is_some_and(|u| ahs.contains_key(&u.ah));
+            // An AH of another domain (another host's, say) is no destination for this QP.
+            let has_dest = wqe
+                .ud
+                .is_some_and(|u| ahs.contains_key(&u.ah) && ah_pds.get(&u.ah) == Some(&pd));
             requester::check(qp_type, mtu, &wqe.op, wqe.length, has_dest)
         });
         busy |= fetched > 0;

@@ -7,15 +7,16 @@ use roce_hostmem::Region;
 use roce_wire::deth;
 use tracing::{debug, info};
 
+use super::limits::Object;
 use super::{Engine, RingMemory, GSI_QPN};
-use crate::control::{ClientId, DeviceInfo, RegionRef, Request, Response, RingMap};
+use crate::control::{ClientId, DeviceInfo, Request, Response, RingMap};
 use crate::cq::{Cq, EventLine};
 use crate::qp::{ring_layout, Qp, MAX_RD_ATOMIC};
 use crate::ring::{Geometry, Ring};
 use crate::transport::{udp_src_port, Path};
 use crate::verbs::types::{QpAttr, QpCap, QpState, QpType};
 use crate::verbs::VerbsError;
-use crate::wqe::{CQE_SIZE, MAX_INLINE, MAX_SGE};
+use crate::wqe::CQE_SIZE;
 
 /// Most work requests one queue holds.
 pub const MAX_QP_WR: u32 = 16384;
@@ -33,11 +34,20 @@ impl Engine {
             mac: self.port.mac,
             gids: self.port.gids.clone(),
             max_mtu: self.port.max_mtu,
-            max_qp_wr: MAX_QP_WR,
-            max_sge: MAX_SGE,
-            max_inline: MAX_INLINE,
-            max_cqe: MAX_CQE,
+            max_qp_wr: self.limits.max_qp_wr as u32,
+            max_sge: self.limits.max_sge as u32,
+            max_inline: self.limits.max_inline as u32,
+            max_cqe: self.limits.max_cqe as u32,
             max_qp_rd_atom: MAX_RD_ATOMIC,
+            limits: self.limits,
+        }
+    }
+
+    /// Bytes of shared memory `bytes` of rings cost (private rings are the NIC's own memory).
+    fn shm_cost(&self, bytes: usize) -> u64 {
+        match self.rings {
+            RingMemory::Private => 0,
+            RingMemory::Shared { .. } => bytes as u64,
         }
     }
 
@@ -49,7 +59,12 @@ impl Engine {
         debug!(client, ?request, "control request");
         match request {
             Request::QueryDevice => Ok(Response::Device(self.device_info())),
+            Request::BindHost { host } => {
+                self.client_hosts.insert(client, host);
+                Ok(Response::Done)
+            }
             Request::AllocPd => {
+                self.check_room(client, Object::Pd, 0)?;
                 let pd = self.mrs.alloc_pd();
                 let handle = self.next_pd;
                 self.next_pd = self.next_pd.wrapping_add(1).max(1);
@@ -58,6 +73,20 @@ impl Engine {
             }
             Request::DeallocPd { pd } => {
                 let id = self.pd(client, pd)?;
+                // As ibv_dealloc_pd: EBUSY while anything still uses the domain.
+                if self.qps.iter().any(|qp| qp.pd == id) {
+                    return Err(VerbsError::Busy("the protection domain (a QP uses it)"));
+                }
+                if self.ah_pds.values().any(|ah_pd| *ah_pd == id) {
+                    return Err(VerbsError::Busy(
+                        "the protection domain (an address handle uses it)",
+                    ));
+                }
+                if self.mrs.registrations_in(id) > 0 {
+                    return Err(VerbsError::Busy(
+                        "the protection domain (a memory registration uses it)",
+                    ));
+                }
                 self.mrs.dealloc_pd(id)?;
                 self.pds.remove(&pd);
                 Ok(Response::Done)
@@ -71,10 +100,13 @@ impl Engine {
                 va,
             } => {
                 let id = self.pd(client, pd)?;
-                let region = match region {
-                    RegionRef::Local(r) => r,
-                    RegionRef::Named(name) => Arc::new(Region::attach(&name)?),
-                };
+                if len as u64 > self.limits.max_mr_size {
+                    return Err(VerbsError::Invalid(format!(
+                        "a registration of {len} bytes is above the device limit {}",
+                        self.limits.max_mr_size
+                    )));
+                }
+                self.check_room(client, Object::Mr, 0)?;
                 let keys = self.mrs.register(id, region, offset, len, access, va)?;
                 self.mr_owners.insert(keys.lkey, client);
                 info!(lkey = format_args!("{:#x}", keys.lkey), rkey = format_args!("{:#x}", keys.rkey), va = format_args!("{:#x}", keys.va), len = keys.len, %access, "memory registered");
@@ -138,7 +170,8 @@ impl Engine {
                 Ok(Response::Done)
             }
             Request::CreateAh { pd, av } => {
-                self.pd(client, pd)?;
+                let pd_id = self.pd(client, pd)?;
+                self.check_room(client, Object::Ah, 0)?;
                 let sgid = *self
                     .port
                     .gids
@@ -169,6 +202,7 @@ impl Engine {
                 self.next_ah = self.next_ah.wrapping_add(1).max(1);
                 self.ahs.insert(ah, path);
                 self.ah_owners.insert(ah, (client, pd));
+                self.ah_pds.insert(ah, pd_id);
                 Ok(Response::Ah(ah))
             }
             Request::DestroyAh { ah } => {
@@ -177,6 +211,7 @@ impl Engine {
                 }
                 self.ahs.remove(&ah);
                 self.ah_owners.remove(&ah);
+                self.ah_pds.remove(&ah);
                 Ok(Response::Done)
             }
             Request::Counters => Ok(Response::Counters(Box::new(self.counters.snapshot()))),
@@ -214,26 +249,26 @@ impl Engine {
             .ok_or(none("QP", qpn))
     }
 
-    /// Memory for a new ring set: private, or a named region hosts in other processes attach.
+    /// Memory for a new ring set: private, or a sealed memfd whose descriptor goes to a host in
+    /// another process (nothing in /dev/shm to leave behind, plant or shrink).
     fn ring_region(&self, what: &str, size: usize) -> Result<Arc<Region>, VerbsError> {
         Ok(Arc::new(match &self.rings {
             RingMemory::Private => Region::anonymous(size)?,
             RingMemory::Shared { prefix } => {
-                let name = format!("{prefix}-{what}");
-                // A region left by a crashed earlier run of the same NIC is stale: replace it.
-                let _ = Region::remove(&name);
-                Region::create(&name, size)?
+                Region::device_memory(&format!("{prefix}-{what}"), size)?
             }
         }))
     }
 
     fn create_cq(&mut self, client: ClientId, entries: u32) -> Result<Response, VerbsError> {
-        if entries == 0 || entries > MAX_CQE {
+        let max = self.limits.max_cqe;
+        if entries == 0 || u64::from(entries) > max {
             return Err(VerbsError::Invalid(format!(
-                "a completion queue holds 1 to {MAX_CQE} entries, not {entries}"
+                "a completion queue holds 1 to {max} entries, not {entries}"
             )));
         }
         let geometry = Geometry::new(0, entries, CQE_SIZE);
+        self.check_room(client, Object::Cq, self.shm_cost(geometry.bytes()))?;
         let event = EventLine::new()?;
         let cq = self.cqs.free_index();
         let region = self.ring_region(&format!("cq{cq}"), geometry.bytes())?;
@@ -261,15 +296,16 @@ impl Engine {
         let pd_id = self.pd(client, pd)?;
         self.cq(client, send_cq)?;
         self.cq(client, recv_cq)?;
+        let l = &self.limits;
         let limits = [
-            ("max_send_wr", cap.max_send_wr, MAX_QP_WR),
-            ("max_recv_wr", cap.max_recv_wr, MAX_QP_WR),
-            ("max_send_sge", cap.max_send_sge, MAX_SGE),
-            ("max_recv_sge", cap.max_recv_sge, MAX_SGE),
-            ("max_inline_data", cap.max_inline_data, MAX_INLINE),
+            ("max_send_wr", cap.max_send_wr, l.max_qp_wr),
+            ("max_recv_wr", cap.max_recv_wr, l.max_qp_wr),
+            ("max_send_sge", cap.max_send_sge, l.max_sge),
+            ("max_recv_sge", cap.max_recv_sge, l.max_sge),
+            ("max_inline_data", cap.max_inline_data, l.max_inline),
         ];
         for (name, value, max) in limits {
-            if value > max {
+            if u64::from(value) > max {
                 return Err(VerbsError::Invalid(format!(
                     "{name} {value} is above the device limit {max}"
                 )));
@@ -290,6 +326,7 @@ impl Engine {
             return Err(VerbsError::Busy("QP1 (the GSI)"));
         }
         let (sq, rq) = ring_layout(&cap);
+        self.check_room(client, Object::Qp, self.shm_cost(rq.end()))?;
         let region = self.ring_region(&format!("qp{qpn}"), rq.end())?;
         let mut qp = Qp::new(
             qpn,
@@ -358,13 +395,11 @@ impl Engine {
         if self.qps.remove(qpn).is_some() {
             info!(qpn, "QP destroyed");
         }
-        if let RingMemory::Shared { prefix } = &self.rings {
-            let _ = Region::remove(&format!("{prefix}-qp{qpn}"));
-        }
     }
 
     /// Destroys every object of a host program that went away.
     fn forget_client(&mut self, client: ClientId) {
+        self.client_hosts.remove(&client);
         self.forget_neighbour_waits(client);
         self.ip_stack.forget_client(client);
         let qpns: Vec<u32> = self
@@ -384,14 +419,12 @@ impl Engine {
             .collect();
         for cqn in cqns {
             self.cqs.remove(cqn);
-            if let RingMemory::Shared { prefix } = &self.rings {
-                let _ = Region::remove(&format!("{prefix}-cq{cqn}"));
-            }
         }
         self.ah_owners.retain(|ah, (owner, _)| {
             let keep = *owner != client;
             if !keep {
                 self.ahs.remove(ah);
+                self.ah_pds.remove(ah);
             }
             keep
         });

@@ -1,14 +1,19 @@
 //! The host library's end of a NIC's control socket: a verbs [`Backend`] for a NIC in another
 //! process. Control verbs are a request and an answer on the socket; posting work and polling
 //! completions never touch it — they go through the rings the NIC shares, and the doorbell is
-//! a store to the shared "sleeping" word plus, only while the engine sleeps, an eventfd write.
+//! a store to this host's "sleeping" word plus, only while the engine sleeps, a write to this
+//! host's eventfd.
+//!
+//! What is on the other end is checked before it is trusted: the socket's directory must be
+//! this user's own ([`super::check_dir`]), the process answering must run as this user (or
+//! root), and the memory it passes must be sealed shared memory.
 //!
 //! A NIC that dies closes its end of the socket. A small thread watches for that, so that
 //! posting work (which has no system call to fail) fails with "the NIC has stopped" instead of
 //! filling rings nobody reads; waits watch the socket themselves.
 
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,7 +25,7 @@ use rustix::event::PollFlags;
 use tracing::info;
 
 use super::messages::{recv_from_nic, send_to_nic, FromNic, ToNic, Welcome, PROTOCOL_VERSION};
-use super::socket_path::socket_path;
+use super::socket_path::{check_dir, socket_dir, socket_path};
 use super::stop_line::StopLine;
 use crate::control::{ClientId, Request, Response};
 use crate::verbs::{Backend, Context, VerbsError};
@@ -39,6 +44,8 @@ pub fn connect(nic: &str) -> Result<Context, VerbsError> {
 /// the connection.
 pub struct SocketBackend {
     nic: String,
+    /// The user the NIC runs as: the owner of the memory it passes.
+    nic_uid: u32,
     stream: Mutex<UnixStream>,
     /// A second handle on the socket, polled (never read) for the NIC's hang-up.
     liveness: Arc<UnixStream>,
@@ -51,7 +58,18 @@ pub struct SocketBackend {
 impl SocketBackend {
     /// Connects to the NIC called `nic`, whose socket is found by [`super::socket_path`].
     pub fn connect(nic: &str) -> Result<Arc<SocketBackend>, VerbsError> {
-        SocketBackend::connect_at(nic, &socket_path(nic))
+        let path = socket_path(nic);
+        match check_dir(&socket_dir()) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(VerbsError::NoDevice {
+                    nic: nic.to_owned(),
+                    path,
+                })
+            }
+            Err(e) => return Err(VerbsError::Io(e)),
+            Ok(()) => {}
+        }
+        SocketBackend::connect_at(nic, &path)
     }
 
     /// Connects to the NIC called `nic` through the socket at `path`.
@@ -69,6 +87,17 @@ impl SocketBackend {
         let gone_early = || VerbsError::DeviceGone {
             nic: nic.to_owned(),
         };
+        let nic_uid = rustix::net::sockopt::socket_peercred(&stream)
+            .map_err(io::Error::from)?
+            .uid
+            .as_raw();
+        let me = rustix::process::geteuid().as_raw();
+        if nic_uid != me && nic_uid != 0 {
+            return Err(VerbsError::Invalid(format!(
+                "refusing the NIC at {}: it runs as user {nic_uid}, not as user {me} or root",
+                path.display()
+            )));
+        }
         send_to_nic(
             &stream,
             &ToNic::Hello {
@@ -78,6 +107,8 @@ impl SocketBackend {
         .map_err(|_| gone_early())?;
         let welcome = match recv_from_nic(&stream, &mut refuse_regions)? {
             Some(FromNic::Welcome(w)) => w,
+            // Refused: over a limit of connections, say.
+            Some(FromNic::Answer(Err(e))) => return Err(e),
             Some(_) => return Err(VerbsError::Invalid(format!("the NIC {nic} did not greet"))),
             None => return Err(gone_early()),
         };
@@ -88,7 +119,7 @@ impl SocketBackend {
             )));
         }
         let nic = welcome.nic.clone();
-        let doorbell = doorbell(welcome)?;
+        let doorbell = doorbell(welcome, nic_uid)?;
         let liveness = Arc::new(stream.try_clone()?);
         let gone = Arc::new(AtomicBool::new(false));
         let stop = Arc::new(StopLine::new()?);
@@ -108,6 +139,7 @@ impl SocketBackend {
         };
         Ok(Arc::new(SocketBackend {
             nic,
+            nic_uid,
             stream: Mutex::new(stream),
             liveness,
             doorbell,
@@ -140,7 +172,8 @@ impl SocketBackend {
             Err(VerbsError::Io(_)) => return Err(self.gone()),
             Err(e) => return Err(e),
         }
-        match recv_from_nic(&stream, &mut attach_region) {
+        let mut attach = |fd: OwnedFd| Ok(Arc::new(Region::from_fd(fd, self.nic_uid)?));
+        match recv_from_nic(&stream, &mut attach) {
             Ok(Some(answer)) => Ok(answer),
             Ok(None) | Err(VerbsError::Io(_)) => Err(self.gone()),
             Err(e) => Err(e),
@@ -148,10 +181,10 @@ impl SocketBackend {
     }
 }
 
-/// The doorbell of the NIC: its "sleeping" word in the shared region, and its eventfd.
-fn doorbell(welcome: Welcome) -> Result<Arc<Waker>, VerbsError> {
-    let region = Arc::new(Region::attach(&welcome.doorbell_region)?);
-    // A region is at least a page; checked anyway, as the name came from outside.
+/// This host's doorbell: its "sleeping" word in the memory the NIC passed, and its eventfd.
+fn doorbell(welcome: Welcome, nic_uid: u32) -> Result<Arc<Waker>, VerbsError> {
+    let region = Arc::new(Region::from_fd(welcome.doorbell_word, nic_uid)?);
+    // A region is at least a page; checked anyway, as the descriptor came from outside.
     if region.len() < 4 {
         return Err(VerbsError::Invalid(
             "the doorbell region is too small".into(),
@@ -164,14 +197,10 @@ fn doorbell(welcome: Welcome) -> Result<Arc<Waker>, VerbsError> {
     Ok(Waker::from_parts(sleeping, welcome.doorbell))
 }
 
-fn attach_region(name: &str) -> Result<Arc<Region>, VerbsError> {
-    Ok(Arc::new(Region::attach(name)?))
-}
-
-fn refuse_regions(name: &str) -> Result<Arc<Region>, VerbsError> {
-    Err(VerbsError::Invalid(format!(
-        "the NIC named region {name} in its greeting"
-    )))
+fn refuse_regions(_: OwnedFd) -> Result<Arc<Region>, VerbsError> {
+    Err(VerbsError::Invalid(
+        "the NIC passed memory in its greeting".into(),
+    ))
 }
 
 impl Backend for SocketBackend {

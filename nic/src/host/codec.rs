@@ -1,29 +1,31 @@
 //! Control requests, answers and errors as bytes, for the NIC's socket.
 //!
 //! A hand-written binary codec rather than serde: the values are made of types owned by other
-//! crates (smoltcp's `EthernetAddress`, hostmem's `Access`, ...), shared memory travels as a
-//! region *name* that the receiver maps itself, event lines as descriptors beside the bytes,
-//! and every decoded value goes through the same checks as its typed constructor
-//! (`Access::from_bits`, `Mtu::from_u8`, ...), so a request the NIC reads is one the verbs API
-//! could have made.
+//! crates (smoltcp's `EthernetAddress`, hostmem's `Access`, ...), shared memory and event lines
+//! travel as descriptors beside the bytes (the receiver maps a region's descriptor itself,
+//! after checking it: see [`Map`]), and every decoded value goes through the same checks as its
+//! typed constructor (`Access::from_bits`, `Mtu::from_u8`, ...), so a request the NIC reads is
+//! one the verbs API could have made.
 //!
 //! Layout: a one-byte tag per enum, then the fields in declaration order (see
 //! [`super::wire_format`] for the primitives).
 
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::Duration;
 
 use roce_hostmem::{Access, MrKeys, Region, VaBase};
+
 use roce_wire::EthernetAddress;
 
 use super::wire_format::{code, DecodeError, Reader, Writer};
-use crate::control::{DeviceInfo, QpStatus, RegionRef, Request, Response, RingMap};
+use crate::control::{DeviceInfo, QpStatus, Request, Response, RingMap};
 use crate::counters::Snapshot;
 use crate::cq::EventLine;
+use crate::limits::Limits;
 use crate::ring::Geometry;
 use crate::verbs::types::{AddressVector, Gid, Mtu, QpAttr, QpCap, QpState, QpType};
 use crate::verbs::VerbsError;
@@ -33,8 +35,19 @@ const MAX_GIDS: usize = 64;
 /// Most counters a snapshot may carry.
 const MAX_COUNTERS: usize = 1024;
 
-/// Encodes a request. A region must be named to cross: the NIC maps it by its name.
-pub fn put_request(w: &mut Writer<'_>, request: &Request) -> Result<(), VerbsError> {
+/// Maps a region's descriptor that came with a message (the NIC: a host's memory; a host: the
+/// NIC's rings), after whatever checks the receiver makes.
+pub type Map<'a> = dyn FnMut(OwnedFd) -> Result<Arc<Region>, VerbsError> + 'a;
+
+/// The descriptor of a region, which must have one to cross to another process.
+fn region_fd<'a>(region: &'a Region, what: &str) -> Result<BorrowedFd<'a>, VerbsError> {
+    region
+        .fd()
+        .ok_or_else(|| VerbsError::Invalid(what.to_owned()))
+}
+
+/// Encodes a request. A region crosses as its descriptor, which the NIC maps.
+pub fn put_request<'a>(w: &mut Writer<'a>, request: &'a Request) -> Result<(), VerbsError> {
     match request {
         Request::QueryDevice => w.u8(0),
         Request::AllocPd => w.u8(1),
@@ -50,19 +63,14 @@ pub fn put_request(w: &mut Writer<'_>, request: &Request) -> Result<(), VerbsErr
             access,
             va,
         } => {
-            let name = match region {
-                RegionRef::Named(name) => name.as_str(),
-                RegionRef::Local(region) => region.name().ok_or_else(|| {
-                    VerbsError::Invalid(
-                        "only a named region (Region::create) can be registered with a NIC in \
-                         another process"
-                            .into(),
-                    )
-                })?,
-            };
+            let fd = region_fd(
+                region,
+                "only shared memory (Region::shared or Region::create) can be registered with a \
+                 NIC in another process",
+            )?;
             w.u8(3);
             w.u32(*pd);
-            w.str(name);
+            w.fd(fd);
             w.u64(*offset as u64);
             w.u64(*len as u64);
             w.u32(access.bits());
@@ -156,18 +164,24 @@ pub fn put_request(w: &mut Writer<'_>, request: &Request) -> Result<(), VerbsErr
             w.u8(20);
             w.u16(*port);
         }
+        Request::BindHost { .. } => {
+            return Err(VerbsError::Invalid(
+                "a host is numbered by the NIC's control socket, not by itself".into(),
+            ))
+        }
     }
     Ok(())
 }
 
-pub fn get_request(r: &mut Reader<'_>) -> Result<Request, DecodeError> {
+/// Decodes a request, mapping the region it passes with `map`.
+pub fn get_request(r: &mut Reader<'_>, map: &mut Map<'_>) -> Result<Request, VerbsError> {
     Ok(match r.u8()? {
         0 => Request::QueryDevice,
         1 => Request::AllocPd,
         2 => Request::DeallocPd { pd: r.u32()? },
         3 => Request::RegMr {
             pd: r.u32()?,
-            region: RegionRef::Named(r.str()?),
+            region: map(r.fd()?)?,
             offset: r.usize("offset")?,
             len: r.usize("length")?,
             access: get_access(r)?,
@@ -213,12 +227,11 @@ pub fn get_request(r: &mut Reader<'_>) -> Result<Request, DecodeError> {
             timeout: r.opt(get_duration)?,
         },
         20 => Request::TcpUnlisten { port: r.u16()? },
-        tag => return Err(invalid("request", tag)),
+        tag => return Err(invalid("request", tag).into()),
     })
 }
 
-/// Encodes an answer. Ring memory must be named (the NIC's rings are shared); event lines go
-/// as descriptors.
+/// Encodes an answer. Ring memory and event lines go as descriptors.
 pub fn put_response<'a>(w: &mut Writer<'a>, response: &'a Response) -> Result<(), VerbsError> {
     match response {
         Response::Device(d) => {
@@ -235,6 +248,11 @@ pub fn put_response<'a>(w: &mut Writer<'a>, response: &'a Response) -> Result<()
             w.u32(d.max_inline);
             w.u32(d.max_cqe);
             w.u8(d.max_qp_rd_atom);
+            let limits = d.limits.to_vec();
+            w.u16(limits.len() as u16);
+            for v in limits {
+                w.u64(v);
+            }
         }
         Response::Pd(pd) => {
             w.u8(1);
@@ -254,11 +272,16 @@ pub fn put_response<'a>(w: &mut Writer<'a>, response: &'a Response) -> Result<()
             w.fd(event.as_fd());
         }
         Response::Qp { qpn, cap, sq, rq } => {
+            if !Arc::ptr_eq(&sq.region, &rq.region) {
+                return Err(VerbsError::Invalid(
+                    "a QP's two rings must share one region to cross".into(),
+                ));
+            }
             w.u8(4);
             w.u32(*qpn);
             put_cap(w, cap);
             put_ring(w, sq)?;
-            put_ring(w, rq)?;
+            put_geometry(w, &rq.geometry);
         }
         Response::QpAttr(attr) => {
             w.u8(5);
@@ -299,11 +322,8 @@ pub fn put_response<'a>(w: &mut Writer<'a>, response: &'a Response) -> Result<()
     Ok(())
 }
 
-/// Maps a ring region by name (the client attaches what the NIC created).
-pub type Attach<'a> = dyn FnMut(&str) -> Result<Arc<Region>, VerbsError> + 'a;
-
-/// Decodes an answer, mapping the regions it names with `attach`.
-pub fn get_response(r: &mut Reader<'_>, attach: &mut Attach<'_>) -> Result<Response, VerbsError> {
+/// Decodes an answer, mapping the regions it passes with `attach`.
+pub fn get_response(r: &mut Reader<'_>, attach: &mut Map<'_>) -> Result<Response, VerbsError> {
     Ok(match r.u8()? {
         0 => {
             let name = r.str()?;
@@ -325,6 +345,11 @@ pub fn get_response(r: &mut Reader<'_>, attach: &mut Attach<'_>) -> Result<Respo
                 max_inline: r.u32()?,
                 max_cqe: r.u32()?,
                 max_qp_rd_atom: r.u8()?,
+                limits: {
+                    let n = usize::from(r.u16()?);
+                    let values = (0..n).map(|_| r.u64()).collect::<Result<Vec<_>, _>>()?;
+                    Limits::from_slice(&values).ok_or(invalid("limit count", n as u64))?
+                },
             })
         }
         1 => Response::Pd(r.u32()?),
@@ -342,23 +367,13 @@ pub fn get_response(r: &mut Reader<'_>, attach: &mut Attach<'_>) -> Result<Respo
         4 => {
             let qpn = r.u32()?;
             let cap = get_cap(r)?;
+            // Both queues of a QP share one region, mapped once.
             let sq = get_ring(r, attach)?;
-            // Both queues of a QP share one region: map it once.
-            let (rq_name, rq_geometry) = get_ring_parts(r)?;
-            let rq_region = if sq.region.name() == Some(rq_name.as_str()) {
-                Arc::clone(&sq.region)
-            } else {
-                attach(&rq_name)?
+            let rq = RingMap {
+                region: Arc::clone(&sq.region),
+                geometry: get_geometry(r)?,
             };
-            Response::Qp {
-                qpn,
-                cap,
-                sq,
-                rq: RingMap {
-                    region: rq_region,
-                    geometry: rq_geometry,
-                },
-            }
+            Response::Qp { qpn, cap, sq, rq }
         }
         5 => Response::QpAttr(get_attr(r)?),
         6 => Response::Ah(r.u32()?),
@@ -434,6 +449,12 @@ pub fn put_error(w: &mut Writer<'_>, error: &VerbsError) {
             w.u8(4);
             w.str(nic);
         }
+        VerbsError::LimitReached { what, scope, limit } => {
+            w.u8(7);
+            w.str(what);
+            w.str(scope);
+            w.u64(*limit);
+        }
         VerbsError::Io(e) => {
             w.u8(6);
             w.u8(IO_KINDS.iter().position(|k| *k == e.kind()).unwrap_or(0) as u8);
@@ -442,19 +463,34 @@ pub fn put_error(w: &mut Writer<'_>, error: &VerbsError) {
         other => {
             w.u8(5);
             w.str(&other.to_string());
+            w.u32(other.errno() as u32);
         }
     }
 }
 
 pub fn get_error(r: &mut Reader<'_>) -> Result<VerbsError, DecodeError> {
     /// The names the engine uses; an unknown one keeps its sentence.
-    const KINDS: [&str; 6] = [
+    const KINDS: [&str; 20] = [
         "protection domain",
         "memory registration",
         "completion queue",
         "QP",
         "address handle",
         "the completion queue",
+        "the protection domain (a QP uses it)",
+        "the protection domain (an address handle uses it)",
+        "QP1 (the GSI)",
+        "QPs",
+        "completion queues",
+        "memory registrations",
+        "protection domains",
+        "address handles",
+        "bytes of rings",
+        "NIC",
+        "host",
+        "the protection domain (a memory registration uses it)",
+        "contexts",
+        "connections",
     ];
     let known = |text: &str| KINDS.iter().copied().find(|k| *k == text);
     Ok(match r.u8()? {
@@ -476,13 +512,28 @@ pub fn get_error(r: &mut Reader<'_>) -> Result<VerbsError, DecodeError> {
         2 => VerbsError::SendQueueFull(r.u32()?),
         3 => VerbsError::RecvQueueFull(r.u32()?),
         4 => VerbsError::DeviceGone { nic: r.str()? },
-        5 => VerbsError::Invalid(r.str()?),
+        5 => {
+            let message = r.str()?;
+            match r.u32()? as i32 {
+                libc::EINVAL => VerbsError::Invalid(message),
+                errno => VerbsError::Remote { errno, message },
+            }
+        }
         6 => {
             let kind = IO_KINDS
                 .get(usize::from(r.u8()?))
                 .copied()
                 .unwrap_or(io::ErrorKind::Other);
             VerbsError::Io(io::Error::new(kind, r.str()?))
+        }
+        7 => {
+            let (what, scope, limit) = (r.str()?, r.str()?, r.u64()?);
+            match (known(&what), known(&scope)) {
+                (Some(what), Some(scope)) => VerbsError::LimitReached { what, scope, limit },
+                _ => {
+                    VerbsError::Invalid(format!("the {scope}'s limit of {limit} {what} is reached"))
+                }
+            }
         }
         tag => return Err(invalid("error kind", tag)),
     })
@@ -647,21 +698,22 @@ fn get_attr(r: &mut Reader<'_>) -> Result<QpAttr, DecodeError> {
     })
 }
 
-fn put_ring(w: &mut Writer<'_>, ring: &RingMap) -> Result<(), VerbsError> {
-    let name = ring.region.name().ok_or_else(|| {
-        VerbsError::Invalid(
-            "this NIC keeps its rings in private memory and cannot serve other processes".into(),
-        )
-    })?;
-    w.str(name);
-    w.u64(ring.geometry.offset as u64);
-    w.u32(ring.geometry.capacity);
-    w.u64(ring.geometry.slot_size as u64);
+fn put_ring<'a>(w: &mut Writer<'a>, ring: &'a RingMap) -> Result<(), VerbsError> {
+    w.fd(region_fd(
+        &ring.region,
+        "this NIC keeps its rings in private memory and cannot serve other processes",
+    )?);
+    put_geometry(w, &ring.geometry);
     Ok(())
 }
 
-fn get_ring_parts(r: &mut Reader<'_>) -> Result<(String, Geometry), DecodeError> {
-    let name = r.str()?;
+fn put_geometry(w: &mut Writer<'_>, geometry: &Geometry) {
+    w.u64(geometry.offset as u64);
+    w.u32(geometry.capacity);
+    w.u64(geometry.slot_size as u64);
+}
+
+fn get_geometry(r: &mut Reader<'_>) -> Result<Geometry, DecodeError> {
     let geometry = Geometry {
         offset: r.usize("ring offset")?,
         capacity: r.u32()?,
@@ -674,14 +726,14 @@ fn get_ring_parts(r: &mut Reader<'_>) -> Result<(String, Geometry), DecodeError>
     if geometry.slot_size == 0 || geometry.slot_size % 64 != 0 {
         return Err(invalid("ring slot size", geometry.slot_size as u64));
     }
-    Ok((name, geometry))
+    Ok(geometry)
 }
 
-fn get_ring(r: &mut Reader<'_>, attach: &mut Attach<'_>) -> Result<RingMap, VerbsError> {
-    let (name, geometry) = get_ring_parts(r)?;
+fn get_ring(r: &mut Reader<'_>, attach: &mut Map<'_>) -> Result<RingMap, VerbsError> {
+    let region = attach(r.fd()?)?;
     Ok(RingMap {
-        region: attach(&name)?,
-        geometry,
+        region,
+        geometry: get_geometry(r)?,
     })
 }
 

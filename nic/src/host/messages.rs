@@ -3,27 +3,29 @@
 //! ```text
 //! host                                   NIC
 //! Hello { version }               ─▶
-//!                                 ◀─     Welcome { version, nic, doorbell region } + eventfd
+//!                                 ◀─     Welcome { version, nic } + this host's doorbell:
+//!                                        its "sleeping" word (a sealed memfd) and eventfd
 //! Open                            ─▶                          (one per verbs context)
 //!                                 ◀─     Opened { client }
 //! Call { client, request }        ─▶
 //!                                 ◀─     Answer(Ok(response) + descriptors | Err(error))
 //! ```
 //! Every message is framed by [`super::fdpass`]: a u32 length, then a one-byte tag and the
-//! fields of [`super::codec`]. The host asks, the NIC answers, one at a time per connection.
+//! fields of [`super::codec`]. The host asks, the NIC answers, one at a time per connection;
+//! the NIC gives a host a few seconds to finish a message it started and to take an answer.
 //! Closing the connection ends every context opened on it: the NIC destroys their objects.
 
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 
-use super::codec::{self, Attach};
-use super::fdpass;
+use super::codec::{self, Map};
+use super::fdpass::{self, Limit};
 use super::wire_format::{DecodeError, Reader, Writer};
 use crate::control::{ClientId, Request, Response};
 use crate::verbs::VerbsError;
 
 /// The version of this conversation; a NIC and a host library must agree on it.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// What a host says to the NIC.
 #[derive(Debug)]
@@ -33,14 +35,14 @@ pub enum ToNic {
     Call { client: ClientId, request: Request },
 }
 
-/// The NIC's greeting: who it is and how to ring its doorbell.
+/// The NIC's greeting: who it is and how to ring this host's doorbell.
 #[derive(Debug)]
 pub struct Welcome {
     pub version: u32,
     pub nic: String,
-    /// The region holding the doorbell's "sleeping" word.
-    pub doorbell_region: String,
-    /// The eventfd that wakes the NIC's engine.
+    /// A sealed memfd whose first word says whether the engine sleeps.
+    pub doorbell_word: OwnedFd,
+    /// The eventfd that wakes the NIC's engine, this host's own.
     pub doorbell: OwnedFd,
 }
 
@@ -59,25 +61,27 @@ pub fn send_to_nic(socket: &UnixStream, message: &ToNic) -> Result<(), VerbsErro
         }
     }
     let (bytes, fds) = w.finish();
-    fdpass::send(socket, &bytes, &fds)?;
+    fdpass::send(socket, &bytes, &fds, Limit::default())?;
     Ok(())
 }
 
-/// Reads what a host sent. Descriptors a host sends along are closed unread.
-pub fn decode_to_nic(bytes: &[u8]) -> Result<ToNic, DecodeError> {
-    let mut r = Reader::new(bytes, Vec::new());
+/// Reads what a host sent, mapping a region it passed with `map`. Descriptors a message does
+/// not name are closed unread.
+pub fn decode_to_nic(received: fdpass::Received, map: &mut Map<'_>) -> Result<ToNic, VerbsError> {
+    let mut r = Reader::new(&received.bytes, received.fds);
     let message = match r.u8()? {
         0 => ToNic::Hello { version: r.u32()? },
         1 => ToNic::Open,
         2 => ToNic::Call {
             client: r.u64()?,
-            request: codec::get_request(&mut r)?,
+            request: codec::get_request(&mut r, map)?,
         },
         tag => {
             return Err(DecodeError::Invalid {
                 what: "message",
                 value: tag.into(),
-            })
+            }
+            .into())
         }
     };
     r.finish()?;
@@ -93,30 +97,32 @@ pub mod nic_side {
     pub fn welcome(
         socket: &UnixStream,
         nic: &str,
-        doorbell_region: &str,
+        doorbell_word: BorrowedFd<'_>,
         doorbell: BorrowedFd<'_>,
+        limit: Limit<'_>,
     ) -> std::io::Result<()> {
         let mut w = Writer::new();
         w.u8(0);
         w.u32(PROTOCOL_VERSION);
         w.str(nic);
-        w.str(doorbell_region);
+        w.fd(doorbell_word);
         w.fd(doorbell);
         let (bytes, fds) = w.finish();
-        fdpass::send(socket, &bytes, &fds)
+        fdpass::send(socket, &bytes, &fds, limit)
     }
 
-    pub fn opened(socket: &UnixStream, client: ClientId) -> std::io::Result<()> {
+    pub fn opened(socket: &UnixStream, client: ClientId, limit: Limit<'_>) -> std::io::Result<()> {
         let mut w = Writer::new();
         w.u8(1);
         w.u64(client);
-        fdpass::send(socket, &w.finish().0, &[])
+        fdpass::send(socket, &w.finish().0, &[], limit)
     }
 
     /// Sends an answer; one that cannot be encoded is sent as the error saying why.
     pub fn answer(
         socket: &UnixStream,
         answer: &Result<Response, VerbsError>,
+        limit: Limit<'_>,
     ) -> std::io::Result<()> {
         let mut w = Writer::new();
         w.u8(2);
@@ -132,10 +138,10 @@ pub mod nic_side {
             }
         };
         if let Some(error) = failed {
-            return self::answer(socket, &Err(error));
+            return self::answer(socket, &Err(error), limit);
         }
         let (bytes, fds) = w.finish();
-        fdpass::send(socket, &bytes, &fds)
+        fdpass::send(socket, &bytes, &fds, limit)
     }
 }
 
@@ -149,9 +155,9 @@ pub enum FromNic {
 /// Receives the NIC's next message; `Ok(None)` when the NIC closed the connection.
 pub fn recv_from_nic(
     socket: &UnixStream,
-    attach: &mut Attach<'_>,
+    attach: &mut Map<'_>,
 ) -> Result<Option<FromNic>, VerbsError> {
-    let Some(received) = fdpass::recv(socket)? else {
+    let Some(received) = fdpass::recv(socket, Limit::default())? else {
         return Ok(None);
     };
     let mut r = Reader::new(&received.bytes, received.fds);
@@ -159,7 +165,7 @@ pub fn recv_from_nic(
         0 => FromNic::Welcome(Welcome {
             version: r.u32()?,
             nic: r.str()?,
-            doorbell_region: r.str()?,
+            doorbell_word: r.fd()?,
             doorbell: r.fd()?,
         }),
         1 => FromNic::Opened(r.u64()?),

@@ -3,26 +3,42 @@
 //! in-process host, and writes the answers. A connection that ends — the host closed it, or
 //! was killed — takes every context opened on it along: the engine destroys their objects, so
 //! no dead host's QP keeps answering the wire.
+//!
+//! A host is not trusted: each gets a doorbell of its own; memory it passes is mapped only if
+//! it is sealed shared memory, or a file of the host's own user that nobody else may write
+//! (mapped guarded), and never the NIC's own rings; a message it starts must be finished, and
+//! an answer taken, within [`MESSAGE_DEADLINE`]; and the NIC's shutdown never waits for a host.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io;
-use std::os::fd::AsFd;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
+use roce_hostmem::{is_device_memory, Region, RegionError};
 use rustix::event::PollFlags;
 use tracing::{debug, info, warn};
 
-use super::fdpass;
+use super::fdpass::{self, Limit};
 use super::messages::{decode_to_nic, nic_side, ToNic, PROTOCOL_VERSION};
+use super::socket_path::prepare_dir;
 use super::stop_line::StopLine;
 use crate::control::{ClientId, Request};
 use crate::device::Device;
+use crate::engine::RingMemory;
+use crate::limits::Limits;
 use crate::verbs::{Backend, VerbsError};
-use crate::waker::Waker;
+use crate::waker::{SharedWord, Waker};
+
+/// How long a host has to finish sending a message it started, and to take an answer.
+pub const MESSAGE_DEADLINE: Duration = Duration::from_secs(2);
+/// The first and the longest pause after a failed accept (out of descriptors, say), so that
+/// the control thread waits for descriptors to come back instead of spinning.
+const ACCEPT_BACKOFF: (Duration, Duration) = (Duration::from_millis(10), Duration::from_secs(1));
 
 /// Why the control socket could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -39,8 +55,109 @@ pub enum ServerError {
 struct Shared {
     nic: String,
     backend: Arc<dyn Backend>,
-    doorbell_region: String,
     stop: StopLine,
+    limits: Limits,
+    /// The hosts connected now, by process.
+    hosts: Mutex<Hosts>,
+}
+
+/// Connected hosts: a host is a process (by the PID of its connections' peer).
+#[derive(Default)]
+struct Hosts {
+    by_pid: HashMap<i32, HostUse>,
+    connections: u64,
+    next_id: u32,
+}
+
+/// What one host holds of the control socket.
+struct HostUse {
+    /// The host's number for the engine's per-host limits.
+    id: u32,
+    connections: u64,
+    contexts: u64,
+}
+
+impl Shared {
+    /// Counts a new connection of `peer`, or says which limit it would break. Returns the
+    /// host's number.
+    fn join(&self, peer: Peer) -> Result<u32, VerbsError> {
+        let mut hosts = lock(&self.hosts);
+        let l = &self.limits;
+        if hosts.connections >= l.max_connections {
+            return Err(VerbsError::LimitReached {
+                what: "connections",
+                scope: "NIC",
+                limit: l.max_connections,
+            });
+        }
+        // A PID the kernel could not tell (another PID namespace) is a host of its own.
+        let key = if peer.pid > 0 {
+            peer.pid
+        } else {
+            -i32::try_from(hosts.next_id).unwrap_or(i32::MAX)
+        };
+        if hosts
+            .by_pid
+            .get(&key)
+            .is_some_and(|h| h.connections >= l.host_max_connections)
+        {
+            return Err(VerbsError::LimitReached {
+                what: "connections",
+                scope: "host",
+                limit: l.host_max_connections,
+            });
+        }
+        hosts.next_id = hosts.next_id.wrapping_add(1).max(1);
+        let next_id = hosts.next_id;
+        let host = hosts.by_pid.entry(key).or_insert(HostUse {
+            id: next_id,
+            connections: 0,
+            contexts: 0,
+        });
+        host.connections += 1;
+        let id = host.id;
+        hosts.connections += 1;
+        Ok(id)
+    }
+
+    fn leave(&self, host: u32, contexts: u64) {
+        let mut hosts = lock(&self.hosts);
+        hosts.connections -= 1;
+        hosts.by_pid.retain(|_, h| {
+            if h.id == host {
+                h.connections -= 1;
+                h.contexts -= contexts;
+            }
+            h.connections > 0
+        });
+    }
+
+    /// Counts a context the host `host` opens, if its limit allows.
+    fn open_context(&self, host: u32) -> Result<(), VerbsError> {
+        let mut hosts = lock(&self.hosts);
+        let limit = self.limits.host_max_contexts;
+        let h = hosts
+            .by_pid
+            .values_mut()
+            .find(|h| h.id == host)
+            .ok_or_else(|| VerbsError::Invalid("the host is not connected".into()))?;
+        if h.contexts >= limit {
+            return Err(VerbsError::LimitReached {
+                what: "contexts",
+                scope: "host",
+                limit,
+            });
+        }
+        h.contexts += 1;
+        Ok(())
+    }
+
+    fn close_context(&self, host: u32) {
+        let mut hosts = lock(&self.hosts);
+        if let Some(h) = hosts.by_pid.values_mut().find(|h| h.id == host) {
+            h.contexts = h.contexts.saturating_sub(1);
+        }
+    }
 }
 
 /// A running control socket. Dropping it stops it.
@@ -52,7 +169,7 @@ pub struct Server {
 }
 
 /// A control socket bound but not serving yet. Claiming the socket first tells whether the
-/// name is free before a device of that name, and its shared memory, is created.
+/// name is free before a device of that name is created.
 pub struct Claim {
     path: PathBuf,
     listener: Option<UnixListener>,
@@ -62,10 +179,9 @@ impl Claim {
     /// Serves `device` on the claimed socket.
     pub fn serve(mut self, device: &Device) -> Result<Server, ServerError> {
         let nic = device.config().name.clone();
-        let doorbell_region = device
-            .doorbell_region()
-            .ok_or_else(|| ServerError::PrivateRings(nic.clone()))?
-            .to_owned();
+        if !matches!(device.config().rings, RingMemory::Shared { .. }) {
+            return Err(ServerError::PrivateRings(nic));
+        }
         let socket_error = |source| ServerError::Socket {
             path: self.path.clone(),
             source,
@@ -73,8 +189,9 @@ impl Claim {
         let shared = Arc::new(Shared {
             nic,
             backend: device.backend(),
-            doorbell_region,
             stop: StopLine::new().map_err(socket_error)?,
+            limits: device.config().limits,
+            hosts: Mutex::new(Hosts::default()),
         });
         let connections = Arc::new(Mutex::new(Vec::new()));
         let listener = self.listener.take().ok_or_else(|| {
@@ -108,25 +225,19 @@ impl Drop for Claim {
 
 impl Server {
     /// Binds the control socket of NIC `nic` at `path`, before the device exists. A socket file
-    /// nobody answers on (left by a NIC that was killed) is replaced, and so is the shared
-    /// memory that NIC left; a socket a live NIC answers on is an error.
+    /// nobody answers on (left by a NIC that was killed) is replaced; a socket a live NIC
+    /// answers on is an error, and so is a directory that is not this user's own.
     pub fn claim(nic: &str, path: &Path) -> Result<Claim, ServerError> {
-        let listener = claim(nic, path)?;
-        remove_stale_regions(nic);
         Ok(Claim {
             path: path.to_owned(),
-            listener: Some(listener),
+            listener: Some(claim(nic, path)?),
         })
     }
 
     /// Binds a control socket at `path` for a running `device` and serves it (a stale socket
     /// file is replaced, as with [`Server::claim`]).
     pub fn start(device: &Device, path: &Path) -> Result<Server, ServerError> {
-        let claimed = Claim {
-            path: path.to_owned(),
-            listener: Some(claim(&device.config().name, path)?),
-        };
-        claimed.serve(device)
+        Server::claim(&device.config().name, path)?.serve(device)
     }
 
     pub fn path(&self) -> &Path {
@@ -173,12 +284,8 @@ fn claim(nic: &str, path: &Path) -> Result<UnixListener, ServerError> {
         path: path.to_owned(),
         source,
     };
-    if let Some(dir) = path.parent().filter(|d| !d.exists()) {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(socket_error)?;
+    if let Some(dir) = path.parent() {
+        prepare_dir(dir).map_err(socket_error)?;
     }
     match UnixListener::bind(path) {
         Ok(listener) => return restrict(listener, path),
@@ -194,30 +301,6 @@ fn claim(nic: &str, path: &Path) -> Result<UnixListener, ServerError> {
     info!(path = %path.display(), "replacing a stale control socket");
     std::fs::remove_file(path).map_err(socket_error)?;
     restrict(UnixListener::bind(path).map_err(socket_error)?, path)
-}
-
-/// Removes the shared memory a killed NIC of the same name left: its rings (`<nic>-qp<N>`,
-/// `<nic>-cq<N>`) and its doorbell. Safe once the name is claimed, since no live NIC has it;
-/// other names that merely start with `<nic>-` are left alone.
-fn remove_stale_regions(nic: &str) {
-    let Ok(entries) = std::fs::read_dir(roce_hostmem::SHM_DIR) else {
-        return;
-    };
-    let prefix = format!("{}{nic}-", roce_hostmem::FILE_PREFIX);
-    for entry in entries.flatten() {
-        let file = entry.file_name();
-        let Some(rest) = file.to_str().and_then(|f| f.strip_prefix(&prefix)) else {
-            continue;
-        };
-        let numbered = |kind| {
-            rest.strip_prefix(kind)
-                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-        };
-        if rest == "doorbell" || numbered("qp") || numbered("cq") {
-            info!(file = %entry.path().display(), "removing shared memory a dead NIC left");
-            let _ = std::fs::remove_file(entry.path());
-        }
-    }
 }
 
 /// Only this user may connect: a host is trusted with the NIC's memory tables.
@@ -236,6 +319,7 @@ fn accept_loop(
     shared: &Arc<Shared>,
     connections: &Mutex<Vec<JoinHandle<()>>>,
 ) {
+    let mut backoff = ACCEPT_BACKOFF.0;
     while shared
         .stop
         .wait_for(listener.as_fd(), PollFlags::IN)
@@ -244,10 +328,17 @@ fn accept_loop(
         let stream = match listener.accept() {
             Ok((stream, _)) => stream,
             Err(e) => {
-                debug!(error = %e, "accept failed");
+                // Out of descriptors or memory: the connection stays queued and the socket
+                // readable, so accepting again at once would only spin.
+                warn!(error = %e, pause = ?backoff, "accept failed: pausing");
+                if !shared.stop.sleep(backoff) {
+                    break;
+                }
+                backoff = (backoff * 2).min(ACCEPT_BACKOFF.1);
                 continue;
             }
         };
+        backoff = ACCEPT_BACKOFF.0;
         let shared_for_thread = Arc::clone(shared);
         let spawned = std::thread::Builder::new()
             .name(format!("{}-host", shared.nic))
@@ -261,18 +352,109 @@ fn accept_loop(
     }
 }
 
-/// The pid of the process at the other end, for logs.
-fn peer_pid(stream: &UnixStream) -> i32 {
-    rustix::net::sockopt::socket_peercred(stream).map_or(0, |c| c.pid.as_raw_nonzero().get())
+/// One host's doorbell: a word in device memory the host maps, and an eventfd, which the
+/// engine listens to while the connection lasts.
+struct Doorbell {
+    word: Arc<Region>,
+    waker: Arc<Waker>,
+    engine: Arc<Waker>,
+}
+
+impl Doorbell {
+    fn new(nic: &str, engine: &Arc<Waker>) -> io::Result<Doorbell> {
+        let word = Arc::new(
+            Region::device_memory(&format!("{nic}-doorbell"), 64).map_err(io::Error::other)?,
+        );
+        let at = word.as_ptr();
+        // SAFETY: a region's mapping is page aligned and at least a page long, and the Arc
+        // keeps it mapped as long as the word is used.
+        let sleeping = unsafe { SharedWord::at(at, Arc::clone(&word) as _) };
+        let waker = Waker::new(sleeping)?;
+        engine.add_host(&waker);
+        Ok(Doorbell {
+            word,
+            waker,
+            engine: Arc::clone(engine),
+        })
+    }
+}
+
+impl Drop for Doorbell {
+    fn drop(&mut self) {
+        self.engine.remove_host(&self.waker);
+    }
+}
+
+/// Who is at the other end of a connection.
+#[derive(Debug, Clone, Copy)]
+struct Peer {
+    uid: u32,
+    pid: i32,
+}
+
+fn peer(stream: &UnixStream) -> io::Result<Peer> {
+    let cred = rustix::net::sockopt::socket_peercred(stream)?;
+    Ok(Peer {
+        uid: cred.uid.as_raw(),
+        pid: cred.pid.as_raw_nonzero().get(),
+    })
+}
+
+/// Maps memory a host passed for a registration: never the NIC's own rings or doorbells, and
+/// only what [`Region::from_fd`] accepts from this host's user.
+fn map_host_memory(fd: OwnedFd, peer: Peer) -> Result<Arc<Region>, VerbsError> {
+    if is_device_memory(fd.as_fd()) {
+        return Err(RegionError::DeviceMemory.into());
+    }
+    Ok(Arc::new(Region::from_fd(fd, peer.uid)?))
 }
 
 /// Serves one host connection until it closes or the server stops, then destroys what its
 /// contexts left behind.
 fn serve(stream: UnixStream, shared: &Shared) {
-    let pid = peer_pid(&stream);
-    let span = tracing::info_span!("host", nic = %shared.nic, pid);
+    let peer = match peer(&stream) {
+        Ok(peer) => peer,
+        Err(e) => {
+            warn!(error = %e, "cannot tell who connected: closing");
+            return;
+        }
+    };
+    let span = tracing::info_span!("host", nic = %shared.nic, pid = peer.pid, uid = peer.uid);
     let _enter = span.enter();
-    info!("host connected");
+    let limit = || Limit {
+        stop: Some(&shared.stop),
+        deadline: Some(Instant::now() + MESSAGE_DEADLINE),
+    };
+    let host = match shared.join(peer) {
+        Ok(host) => host,
+        Err(e) => {
+            info!(error = %e, "host refused");
+            // The host's greeting gets the reason (best effort: it may not listen).
+            if let Ok(Some(_)) = fdpass::recv(&stream, limit()) {
+                let _ = nic_side::answer(&stream, &Err(e), limit());
+            }
+            return;
+        }
+    };
+    serve_host(&stream, shared, peer, host, limit);
+}
+
+/// Serves a host that was let in.
+fn serve_host<'a>(
+    stream: &UnixStream,
+    shared: &'a Shared,
+    peer: Peer,
+    host: u32,
+    limit: impl Fn() -> Limit<'a>,
+) {
+    let doorbell = match Doorbell::new(&shared.nic, shared.backend.doorbell()) {
+        Ok(doorbell) => doorbell,
+        Err(e) => {
+            warn!(error = %e, "cannot make a doorbell for a host: closing");
+            return;
+        }
+    };
+    info!(host, "host connected");
     let mut clients = HashSet::new();
     let mut welcomed = false;
     while shared
@@ -280,7 +462,7 @@ fn serve(stream: UnixStream, shared: &Shared) {
         .wait_for(stream.as_fd(), PollFlags::IN)
         .is_some()
     {
-        let message = match fdpass::recv(&stream) {
+        let message = match fdpass::recv(stream, limit()) {
             Ok(Some(message)) => message,
             Ok(None) => break,
             Err(e) => {
@@ -288,14 +470,16 @@ fn serve(stream: UnixStream, shared: &Shared) {
                 break;
             }
         };
-        let sent = match decode_to_nic(&message.bytes) {
-            Err(e) => nic_side::answer(&stream, &Err(e.into())),
+        let mut map = |fd| map_host_memory(fd, peer);
+        let sent = match decode_to_nic(message, &mut map) {
+            Err(e) => nic_side::answer(stream, &Err(e), limit()),
             Ok(ToNic::Hello { version }) => {
                 let result = nic_side::welcome(
-                    &stream,
+                    stream,
                     &shared.nic,
-                    &shared.doorbell_region,
-                    Waker::as_fd(shared.backend.doorbell()),
+                    doorbell.word.fd().expect("device memory has a descriptor"),
+                    doorbell.waker.as_fd(),
+                    limit(),
                 );
                 if version != PROTOCOL_VERSION {
                     info!(version, "host speaks another protocol version");
@@ -308,17 +492,17 @@ fn serve(stream: UnixStream, shared: &Shared) {
                 debug!("host skipped the greeting");
                 break;
             }
-            Ok(ToNic::Open) => match shared.backend.connect() {
+            Ok(ToNic::Open) => match open(shared, host) {
                 Ok(client) => {
                     clients.insert(client);
                     debug!(client, "context opened");
-                    nic_side::opened(&stream, client)
+                    nic_side::opened(stream, client, limit())
                 }
-                Err(e) => nic_side::answer(&stream, &Err(e)),
+                Err(e) => nic_side::answer(stream, &Err(e), limit()),
             },
             Ok(ToNic::Call { client, request }) => {
-                let answer = call(shared, &mut clients, client, request);
-                nic_side::answer(&stream, &answer)
+                let answer = call(shared, host, &mut clients, client, request);
+                nic_side::answer(stream, &answer, limit())
             }
         };
         if let Err(e) = sent {
@@ -326,15 +510,33 @@ fn serve(stream: UnixStream, shared: &Shared) {
             break;
         }
     }
+    let contexts = clients.len() as u64;
     for client in clients {
         let _ = shared.backend.call(client, Request::Disconnect);
     }
+    shared.leave(host, contexts);
     info!("host disconnected: its objects are destroyed");
+}
+
+/// Opens a context for host `host`, within its limit, and tells the engine whose it is.
+fn open(shared: &Shared, host: u32) -> Result<ClientId, VerbsError> {
+    shared.open_context(host)?;
+    let client = shared.backend.connect().and_then(|client| {
+        shared
+            .backend
+            .call(client, Request::BindHost { host })
+            .map(|_| client)
+    });
+    if client.is_err() {
+        shared.close_context(host);
+    }
+    client
 }
 
 /// Runs a request for one of this connection's contexts.
 fn call(
     shared: &Shared,
+    host: u32,
     clients: &mut HashSet<ClientId>,
     client: ClientId,
     request: Request,
@@ -344,32 +546,17 @@ fn call(
             "context {client} was not opened on this connection"
         )));
     }
-    if matches!(request, Request::Disconnect) {
-        clients.remove(&client);
+    match request {
+        Request::BindHost { .. } => {
+            return Err(VerbsError::Invalid(
+                "a host is numbered by the NIC's control socket, not by itself".into(),
+            ))
+        }
+        Request::Disconnect => {
+            clients.remove(&client);
+            shared.close_context(host);
+        }
+        _ => {}
     }
     shared.backend.call(client, request)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use roce_hostmem::Region;
-
-    #[test]
-    fn only_a_dead_nics_own_regions_are_removed() {
-        let nic = format!("stale{}", std::process::id());
-        let theirs = ["qp17", "cq3", "doorbell"].map(|s| format!("{nic}-{s}"));
-        let others = ["b-qp17", "qpx", "qp", "mybuf"].map(|s| format!("{nic}-{s}"));
-        for name in theirs.iter().chain(&others) {
-            drop(Region::create_persistent(name, 4096).unwrap());
-        }
-        remove_stale_regions(&nic);
-        for name in &theirs {
-            assert!(Region::attach(name).is_err(), "{name} kept");
-        }
-        for name in &others {
-            assert!(Region::attach(name).is_ok(), "{name} removed");
-            Region::remove(name).unwrap();
-        }
-    }
 }

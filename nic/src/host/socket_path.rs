@@ -1,9 +1,11 @@
 //! Where a NIC's control socket lives, and which NIC names are allowed.
 //!
-//! A NIC's name is also the prefix of the shared-memory regions it creates for its rings
-//! (`<name>-qp17`, `<name>-doorbell`), so names follow the region rules with room to spare.
+//! A NIC's name is also the prefix of the memfds it creates for its rings (`roce-<name>-qp17`,
+//! seen in /proc/PID/maps), so names follow the region rules with room to spare.
 
-use std::path::PathBuf;
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::path::{Path, PathBuf};
 
 /// Longest NIC name: its region names (`<name>-doorbell`, `<name>-cq65535`) must stay within
 /// the 64 bytes a region name may have.
@@ -58,6 +60,51 @@ pub fn socket_path(name: &str) -> PathBuf {
     socket_dir().join(format!("{name}.sock"))
 }
 
+/// Checks that `dir` may hold this user's control sockets: a real directory (not a symlink),
+/// owned by this user and writable by nobody else. `/tmp/roce-<uid>` is a name anyone can take
+/// first: a directory another user made there could hold their socket in our NIC's place.
+pub fn check_dir(dir: &Path) -> io::Result<()> {
+    let meta = std::fs::symlink_metadata(dir)?;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    let refuse = |why: String| {
+        Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("refusing the socket directory {}: {why}", dir.display()),
+        ))
+    };
+    if !meta.is_dir() {
+        return refuse("it is not a directory".into());
+    }
+    if meta.uid() != me {
+        return refuse(format!(
+            "it belongs to user {}, not to user {me} (remove it, or set XDG_RUNTIME_DIR)",
+            meta.uid()
+        ));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return refuse(format!(
+            "its mode {:03o} lets other users put files in it",
+            meta.mode() & 0o777
+        ));
+    }
+    Ok(())
+}
+
+/// Makes `dir` (private to this user) if it is missing, then checks it as [`check_dir`] does.
+pub fn prepare_dir(dir: &Path) -> io::Result<()> {
+    if let Err(e) = std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        if e.kind() != io::ErrorKind::AlreadyExists {
+            // A missing parent (XDG_RUNTIME_DIR/roce under a runtime directory that is gone).
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)?;
+        }
+    }
+    check_dir(dir)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -86,5 +133,37 @@ mod tests {
         let path = socket_path("nic0");
         assert!(path.ends_with("nic0.sock"));
         assert_eq!(path.parent(), Some(socket_dir().as_path()));
+    }
+
+    #[test]
+    fn a_directory_of_another_user_or_open_to_others_is_refused() {
+        let base = std::env::temp_dir().join(format!("roce-dircheck-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        prepare_dir(&base).unwrap();
+        let meta = std::fs::metadata(&base).unwrap();
+        assert_eq!(meta.mode() & 0o777, 0o700);
+        std::fs::set_permissions(&base, std::os::unix::fs::PermissionsExt::from_mode(0o777))
+            .unwrap();
+        let err = prepare_dir(&base).unwrap_err();
+        assert!(err.to_string().contains("mode 777"), "{err}");
+        let link = base.with_extension("link");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&base, &link).unwrap();
+        assert!(
+            check_dir(&link).is_err(),
+            "a symlink was taken for a directory"
+        );
+        std::fs::remove_file(&link).unwrap();
+        // SAFETY: no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            std::fs::set_permissions(&base, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+                .unwrap();
+            std::os::unix::fs::chown(&base, Some(65534), None).unwrap();
+            let err = check_dir(&base).unwrap_err();
+            assert!(err.to_string().contains("user 65534"), "{err}");
+        } else {
+            eprintln!("SKIPPED: a directory of another user needs root to make");
+        }
+        std::fs::remove_dir(&base).unwrap();
     }
 }

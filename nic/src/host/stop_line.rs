@@ -3,8 +3,9 @@
 
 use std::io;
 use std::os::fd::{BorrowedFd, OwnedFd};
+use std::time::{Duration, Instant};
 
-use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags};
+use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags, Timespec};
 
 #[derive(Debug)]
 pub struct StopLine {
@@ -27,20 +28,70 @@ impl StopLine {
     /// Sleeps until `fd` reports one of `events` (or a hang-up or error), and returns what it
     /// reported; `None` once the line is raised.
     pub fn wait_for(&self, fd: BorrowedFd<'_>, events: PollFlags) -> Option<PollFlags> {
+        match self.wait_until(fd, events, None) {
+            Waited::Ready(flags) => Some(flags),
+            Waited::Stopped | Waited::TimedOut => None,
+        }
+    }
+
+    /// Like [`StopLine::wait_for`], giving up at `deadline`.
+    pub fn wait_until(
+        &self,
+        fd: BorrowedFd<'_>,
+        events: PollFlags,
+        deadline: Option<Instant>,
+    ) -> Waited {
         loop {
             let mut fds = [
                 PollFd::from_borrowed_fd(fd, events),
                 PollFd::new(&self.fd, PollFlags::IN),
             ];
-            match poll(&mut fds, None) {
-                Ok(_) if !fds[1].revents().is_empty() => return None,
-                Ok(_) if !fds[0].revents().is_empty() => return Some(fds[0].revents()),
+            let left = match deadline.map(|d| d.saturating_duration_since(Instant::now())) {
+                Some(Duration::ZERO) => return Waited::TimedOut,
+                Some(left) => Some(timespec(left)),
+                None => None,
+            };
+            match poll(&mut fds, left.as_ref()) {
+                Ok(_) if !fds[1].revents().is_empty() => return Waited::Stopped,
+                Ok(_) if !fds[0].revents().is_empty() => return Waited::Ready(fds[0].revents()),
                 Ok(_) | Err(rustix::io::Errno::INTR) => continue,
                 // Only a bad descriptor makes poll fail: nothing more to wait for.
-                Err(_) => return None,
+                Err(_) => return Waited::Stopped,
             }
         }
     }
+
+    /// Sleeps for `time`; false if the line was raised meanwhile.
+    pub fn sleep(&self, time: Duration) -> bool {
+        let deadline = Instant::now() + time;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return true;
+            }
+            let mut fds = [PollFd::new(&self.fd, PollFlags::IN)];
+            match poll(&mut fds, Some(&timespec(left))) {
+                Ok(_) if !fds[0].revents().is_empty() => return false,
+                Ok(_) | Err(rustix::io::Errno::INTR) => continue,
+                Err(_) => return false,
+            }
+        }
+    }
+}
+
+fn timespec(d: Duration) -> Timespec {
+    Timespec::try_from(d).unwrap_or(Timespec {
+        tv_sec: i64::MAX,
+        tv_nsec: 0,
+    })
+}
+
+/// How a wait ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Waited {
+    Ready(PollFlags),
+    Stopped,
+    TimedOut,
 }
 
 #[cfg(test)]

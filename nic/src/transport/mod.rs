@@ -214,7 +214,8 @@ pub fn gather(
     dst: &mut [u8],
 ) -> Result<(), AccessError> {
     walk(sges, offset, dst.len(), |sge, skip, at, n| {
-        let place = mrs.resolve_local(sge.lkey, pd, sge.addr + skip, n as u64, Access::empty())?;
+        let addr = sge.addr.checked_add(skip).ok_or(AccessError::OutOfBounds)?;
+        let place = mrs.resolve_local(sge.lkey, pd, addr, n as u64, Access::empty())?;
         place.read_into(0, &mut dst[at..at + n])
     })
 }
@@ -229,8 +230,8 @@ pub fn scatter(
     src: &[u8],
 ) -> Result<(), AccessError> {
     walk(sges, offset, src.len(), |sge, skip, at, n| {
-        let place =
-            mrs.resolve_local(sge.lkey, pd, sge.addr + skip, n as u64, Access::LOCAL_WRITE)?;
+        let addr = sge.addr.checked_add(skip).ok_or(AccessError::OutOfBounds)?;
+        let place = mrs.resolve_local(sge.lkey, pd, addr, n as u64, Access::LOCAL_WRITE)?;
         place.write(0, &src[at..at + n])
     })
 }
@@ -298,6 +299,26 @@ mod tests {
         assert_eq!(pieces, [(1, 2, 0, 1), (2, 0, 1, 3)]);
         assert_eq!(
             walk(&sges, 6, 4, |_, _, _, _| Ok(())),
+            Err(AccessError::OutOfBounds)
+        );
+    }
+
+    #[test]
+    fn an_address_at_the_top_of_va_space_is_refused_not_a_panic() {
+        let mrs = MrTable::new();
+        let pd = MrTable::new().alloc_pd();
+        let sges = [Sge {
+            addr: u64::MAX - 1,
+            length: 16,
+            lkey: 1,
+        }];
+        let mut buf = [0u8; 4];
+        assert_eq!(
+            gather(&mrs, pd, &sges, 8, &mut buf),
+            Err(AccessError::OutOfBounds)
+        );
+        assert_eq!(
+            scatter(&mrs, pd, &sges, 8, &buf),
             Err(AccessError::OutOfBounds)
         );
     }

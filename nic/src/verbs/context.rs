@@ -13,7 +13,7 @@ use super::types::{
     AddressVector, Gid, QpAttr, QpCap, QpType, RecvWr, SendFlags, SendOp, SendWr, Sge, Wc,
 };
 use super::VerbsError;
-use crate::control::{ClientId, DeviceInfo, RegionRef, Request, Response, RingMap};
+use crate::control::{ClientId, DeviceInfo, Request, Response, RingMap};
 use crate::counters::Snapshot;
 use crate::cq::{EventLine, Woken};
 use crate::ring::{Consumer, Producer, Ring};
@@ -121,8 +121,17 @@ impl Context {
         })
     }
 
+    /// What the device told when it was opened.
     pub fn device(&self) -> &DeviceInfo {
         &self.inner.device
+    }
+
+    /// `ibv_query_device`: the device's attributes and limits, asked anew.
+    pub fn query_device(&self) -> Result<DeviceInfo, VerbsError> {
+        match self.inner.call(Request::QueryDevice)? {
+            Response::Device(d) => Ok(d),
+            _ => Err(self.inner.unexpected("query_device")),
+        }
     }
 
     /// The GID at `index` of port 1.
@@ -211,7 +220,7 @@ impl ProtectionDomain {
     ) -> Result<MemoryRegion, VerbsError> {
         let request = Request::RegMr {
             pd: self.inner.pd,
-            region: RegionRef::Local(Arc::clone(region)),
+            region: Arc::clone(region),
             offset,
             len,
             access,

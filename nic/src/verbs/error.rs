@@ -45,4 +45,37 @@ pub enum VerbsError {
     DeviceGone { nic: String },
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    /// An error of a NIC in another process that has no kind of its own here: its sentence
+    /// and the errno it stands for.
+    #[error("{message}")]
+    Remote { errno: i32, message: String },
+    /// A limit of the NIC (`scope` "NIC") or of this host ("host") is reached.
+    #[error("the {scope}'s limit of {limit} {what} is reached")]
+    LimitReached {
+        what: &'static str,
+        scope: &'static str,
+        limit: u64,
+    },
+}
+
+impl VerbsError {
+    /// The errno a verbs program gets for this error from libibverbs.
+    pub fn errno(&self) -> i32 {
+        match self {
+            VerbsError::LimitReached { .. } => libc::ENOMEM,
+            VerbsError::Remote { errno, .. } => *errno,
+            VerbsError::Busy(_) => libc::EBUSY,
+            VerbsError::SendQueueFull(_) | VerbsError::RecvQueueFull(_) => libc::ENOMEM,
+            VerbsError::DeviceGone { .. } | VerbsError::NoDevice { .. } => libc::ENODEV,
+            VerbsError::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
+            VerbsError::Region(roce_hostmem::RegionError::NoRoom { .. }) => libc::ENOMEM,
+            VerbsError::Region(
+                roce_hostmem::RegionError::Untrusted { .. }
+                | roce_hostmem::RegionError::DeviceMemory,
+            ) => libc::EACCES,
+            VerbsError::Mr(MrError::PdBusy { .. }) => libc::EBUSY,
+            VerbsError::Mr(MrError::TableFull) => libc::ENOMEM,
+            _ => libc::EINVAL,
+        }
+    }
 }

@@ -80,3 +80,21 @@ pub fn write_read_and_atomics(a: &Host, b: &Host) {
     assert_eq!(a.read(16392, 8), 105u64.to_ne_bytes());
     assert_eq!(b.read(64, 8), 7u64.to_ne_bytes());
 }
+
+/// A private socket directory for one test, removed at the end.
+pub struct Dir(pub std::path::PathBuf);
+
+impl Dir {
+    pub fn new(label: &str) -> Dir {
+        let dir = std::env::temp_dir().join(format!("roce-sock-{}-{label}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Dir(dir)
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

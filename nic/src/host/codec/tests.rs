@@ -39,7 +39,7 @@ fn requests() -> Vec<Request> {
         Request::DeallocPd { pd: 3 },
         Request::RegMr {
             pd: 1,
-            region: RegionRef::Named("buf-1".into()),
+            region: Arc::new(Region::shared(2 << 20).unwrap()),
             offset: 4096,
             len: 1 << 20,
             access: Access::LOCAL_WRITE | Access::REMOTE_READ,
@@ -47,7 +47,7 @@ fn requests() -> Vec<Request> {
         },
         Request::RegMr {
             pd: 1,
-            region: RegionRef::Named("z".into()),
+            region: Arc::new(Region::shared(1).unwrap()),
             offset: 0,
             len: 1,
             access: Access::empty(),
@@ -107,113 +107,135 @@ fn requests() -> Vec<Request> {
     ]
 }
 
-fn encode_request(request: &Request) -> Vec<u8> {
+fn encode_request(request: &Request) -> (Vec<u8>, Vec<OwnedFd>) {
     let mut w = Writer::new();
     put_request(&mut w, request).unwrap();
     let (bytes, fds) = w.finish();
-    assert!(fds.is_empty());
-    bytes
+    (bytes, dup(&fds))
 }
 
-fn decode_request(bytes: &[u8]) -> Result<Request, DecodeError> {
-    let mut r = Reader::new(bytes, Vec::new());
-    let request = get_request(&mut r)?;
+/// Descriptors as a socket passes them: new ones for the same files.
+fn dup(fds: &[std::os::fd::BorrowedFd<'_>]) -> Vec<OwnedFd> {
+    fds.iter()
+        .map(|fd| fd.try_clone_to_owned().unwrap())
+        .collect()
+}
+
+fn map_passed(fd: OwnedFd) -> Result<Arc<Region>, VerbsError> {
+    Ok(Arc::new(Region::from_fd(
+        fd,
+        rustix::process::geteuid().as_raw(),
+    )?))
+}
+
+fn decode_request(bytes: &[u8], fds: Vec<OwnedFd>) -> Result<Request, VerbsError> {
+    let mut r = Reader::new(bytes, fds);
+    let request = get_request(&mut r, &mut map_passed)?;
     r.finish()?;
     Ok(request)
+}
+
+/// The request as text, with a region shown by its length (a decoded one is another mapping
+/// of the same memory).
+fn shown(request: &Request) -> String {
+    match request {
+        Request::RegMr {
+            pd,
+            region,
+            offset,
+            len,
+            access,
+            va,
+        } => format!("RegMr {pd} {} {offset} {len} {access} {va:?}", region.len()),
+        other => format!("{other:?}"),
+    }
 }
 
 #[test]
 fn every_request_round_trips() {
     for request in requests() {
-        let decoded = decode_request(&encode_request(&request)).unwrap();
-        assert_eq!(format!("{decoded:?}"), format!("{request:?}"));
+        let (bytes, fds) = encode_request(&request);
+        let decoded = decode_request(&bytes, fds).unwrap();
+        assert_eq!(shown(&decoded), shown(&request));
     }
 }
 
 #[test]
 fn every_cut_short_request_is_an_error() {
     for request in requests() {
-        let bytes = encode_request(&request);
+        let (bytes, fds) = encode_request(&request);
         for end in 0..bytes.len() {
+            let fds = fds.iter().map(|f| f.try_clone().unwrap()).collect();
             assert!(
-                decode_request(&bytes[..end]).is_err(),
+                decode_request(&bytes[..end], fds).is_err(),
                 "{request:?} cut at {end} decoded"
             );
         }
     }
 }
 
-#[test]
-fn out_of_range_codes_are_refused() {
-    // Unknown access bit, QP type and MTU.
-    let mut bytes = encode_request(&requests()[3]);
-    let access_at = bytes.len() - 9 - 4;
-    bytes[access_at] = 0x40;
-    assert!(matches!(
-        decode_request(&bytes),
-        Err(DecodeError::Invalid {
-            what: "access flags",
-            ..
-        })
-    ));
-    let mut bytes = encode_request(&requests()[8]);
-    bytes[5] = 9;
-    assert!(matches!(
-        decode_request(&bytes),
-        Err(DecodeError::Invalid {
-            what: "QP type",
-            ..
-        })
-    ));
-    assert!(matches!(
-        decode_request(&[99]),
-        Err(DecodeError::Invalid {
-            what: "request",
-            ..
-        })
-    ));
+fn invalid_what(result: Result<Request, VerbsError>) -> String {
+    result.unwrap_err().to_string()
 }
 
 #[test]
-fn a_mapped_region_crosses_as_its_name_and_an_anonymous_one_cannot() {
-    let name = format!("codec-{}-named", std::process::id());
-    let named = Arc::new(Region::create(&name, 4096).unwrap());
+fn out_of_range_codes_are_refused() {
+    // Unknown access bit, QP type and MTU.
+    let (mut bytes, fds) = encode_request(&requests()[3]);
+    let access_at = bytes.len() - 9 - 4;
+    bytes[access_at] = 0x40;
+    assert!(invalid_what(decode_request(&bytes, fds)).contains("access flags"));
+    let (mut bytes, fds) = encode_request(&requests()[8]);
+    bytes[5] = 9;
+    assert!(invalid_what(decode_request(&bytes, fds)).contains("QP type"));
+    assert!(invalid_what(decode_request(&[99], Vec::new())).contains("request 99"));
+}
+
+#[test]
+fn memory_crosses_as_its_descriptor_and_private_memory_cannot() {
+    let shared = Arc::new(Region::shared(4096).unwrap());
     let request = |region| Request::RegMr {
         pd: 1,
-        region: RegionRef::Local(region),
+        region,
         offset: 0,
         len: 4096,
         access: Access::empty(),
         va: VaBase::Offset,
     };
-    let decoded = decode_request(&encode_request(&request(named))).unwrap();
-    assert!(matches!(decoded, Request::RegMr { region: RegionRef::Named(n), .. } if n == name));
+    let (bytes, fds) = encode_request(&request(Arc::clone(&shared)));
+    let Request::RegMr { region, .. } = decode_request(&bytes, fds).unwrap() else {
+        panic!("not a registration")
+    };
+    region.write(10, b"same pages").unwrap();
+    let mut seen = [0u8; 10];
+    shared.read(10, &mut seen).unwrap();
+    assert_eq!(&seen, b"same pages");
+    // What the receiver's check refuses is refused.
+    let (bytes, fds) = encode_request(&request(shared));
+    let mut refuse = |_: OwnedFd| Err(VerbsError::Invalid("not this one".into()));
+    let err = get_request(&mut Reader::new(&bytes, fds), &mut refuse).unwrap_err();
+    assert_eq!(err.to_string(), "not this one");
     let anonymous = Arc::new(Region::anonymous(4096).unwrap());
     let mut w = Writer::new();
-    let err = put_request(&mut w, &request(anonymous)).unwrap_err();
-    assert!(err.to_string().contains("only a named region"), "{err}");
+    let private = request(anonymous);
+    let err = put_request(&mut w, &private).unwrap_err();
+    assert!(err.to_string().contains("only shared memory"), "{err}");
 }
 
 /// Encodes, passes the descriptors as a socket would (duplicated), decodes.
-fn round_trip_response(
-    response: &Response,
-    attach: &mut Attach<'_>,
-) -> Result<Response, VerbsError> {
+fn round_trip_response(response: &Response, attach: &mut Map<'_>) -> Result<Response, VerbsError> {
     let mut w = Writer::new();
     put_response(&mut w, response)?;
     let (bytes, fds) = w.finish();
-    let fds: Vec<OwnedFd> = fds
-        .iter()
-        .map(|fd| fd.try_clone_to_owned().unwrap())
-        .collect();
+    let fds = dup(&fds);
     let mut r = Reader::new(&bytes, fds);
     let decoded = get_response(&mut r, attach)?;
     r.finish()?;
     Ok(decoded)
 }
 
-fn no_regions(name: &str) -> Result<Arc<Region>, VerbsError> {
-    panic!("nothing to attach, asked for {name}")
+fn no_regions(_: OwnedFd) -> Result<Arc<Region>, VerbsError> {
+    panic!("nothing to attach")
 }
 
 #[test]
@@ -228,6 +250,11 @@ fn plain_answers_round_trip() {
         max_inline: 256,
         max_cqe: 65536,
         max_qp_rd_atom: 128,
+        limits: Limits {
+            max_qp: 7,
+            host_max_contexts: 3,
+            ..Limits::default()
+        },
     };
     let snapshot = Snapshot {
         rx_frames: 5,
@@ -265,10 +292,9 @@ fn plain_answers_round_trip() {
 }
 
 #[test]
-fn queue_answers_carry_region_names_and_the_event_line() {
-    let prefix = format!("codec-{}", std::process::id());
-    let cq_region = Arc::new(Region::create(&format!("{prefix}-cq0"), 8192).unwrap());
-    let qp_region = Arc::new(Region::create(&format!("{prefix}-qp17"), 65536).unwrap());
+fn queue_answers_carry_their_memory_and_the_event_line() {
+    let cq_region = Arc::new(Region::device_memory("codec-cq0", 8192).unwrap());
+    let qp_region = Arc::new(Region::device_memory("codec-qp17", 65536).unwrap());
     let event = EventLine::new().unwrap();
     let cq = Response::Cq {
         cq: 0,
@@ -278,10 +304,10 @@ fn queue_answers_carry_region_names_and_the_event_line() {
         },
         event: Arc::clone(&event),
     };
-    let mut attached = Vec::new();
-    let mut attach = |name: &str| {
-        attached.push(name.to_owned());
-        Ok(Arc::new(Region::attach(name)?))
+    let mut attached = 0;
+    let mut attach = |fd| {
+        attached += 1;
+        map_passed(fd)
     };
     let Response::Cq {
         cq: 0,
@@ -323,11 +349,7 @@ fn queue_answers_carry_region_names_and_the_event_line() {
     };
     assert!(Arc::ptr_eq(&sq.region, &rq.region));
     assert_eq!(rq.geometry.offset, 16512);
-    assert_eq!(
-        attached,
-        [format!("{prefix}-cq0"), format!("{prefix}-qp17")],
-        "the QP's region is mapped once"
-    );
+    assert_eq!(attached, 2, "the QP's region is mapped once");
 }
 
 #[test]
@@ -368,8 +390,7 @@ fn rings_in_private_memory_cannot_be_served() {
 
 #[test]
 fn a_missing_event_descriptor_is_an_error() {
-    let region =
-        Arc::new(Region::create(&format!("codec-{}-nofd", std::process::id()), 4096).unwrap());
+    let region = Arc::new(Region::shared(4096).unwrap());
     let cq = Response::Cq {
         cq: 0,
         ring: RingMap {
@@ -381,8 +402,7 @@ fn a_missing_event_descriptor_is_an_error() {
     let mut w = Writer::new();
     put_response(&mut w, &cq).unwrap();
     let (bytes, _) = w.finish();
-    let mut attach = |name: &str| Ok(Arc::new(Region::attach(name)?));
-    let err = get_response(&mut Reader::new(&bytes, Vec::new()), &mut attach).unwrap_err();
+    let err = get_response(&mut Reader::new(&bytes, Vec::new()), &mut map_passed).unwrap_err();
     assert!(err.to_string().contains("descriptor 0"), "{err}");
 }
 
@@ -397,6 +417,12 @@ fn errors_keep_their_kind_or_their_sentence() {
         VerbsError::SendQueueFull(128),
         VerbsError::RecvQueueFull(64),
         VerbsError::DeviceGone { nic: "nic0".into() },
+        VerbsError::LimitReached {
+            what: "QPs",
+            scope: "host",
+            limit: 64,
+        },
+        VerbsError::Busy("the protection domain (a QP uses it)"),
         VerbsError::Invalid("a completion queue holds 1 to 65536 entries, not 0".into()),
         VerbsError::Modify(crate::qp::ModifyError::NoGid(9)),
         VerbsError::Io(std::io::Error::new(
@@ -426,9 +452,9 @@ fn errors_keep_their_kind_or_their_sentence() {
 proptest! {
     #[test]
     fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
-        let _ = decode_request(&bytes);
+        let _ = decode_request(&bytes, Vec::new());
         let _ = get_error(&mut Reader::new(&bytes, Vec::new()));
-        let mut attach = |_: &str| Err(VerbsError::Invalid("no".into()));
+        let mut attach = |_: OwnedFd| Err(VerbsError::Invalid("no".into()));
         let _ = get_response(&mut Reader::new(&bytes, Vec::new()), &mut attach);
     }
 }
