@@ -764,3 +764,62 @@ fn two_switches_cabled_together_carry_rdma_between_their_nics() {
         }
     }
 }
+
+#[test]
+fn a_switch_port_can_be_a_shared_memory_link() {
+    let env = Env::new("swshm");
+    let (pa, ps) = (free_udp_port(), free_udp_port());
+    let shm = env.name("trunk");
+    let cable_port = format!("127.0.0.1:{ps},127.0.0.1:{pa}");
+    let shm_port = format!("shm:{shm}");
+    let pcap = env.dir.join("ports");
+    let mut switch = Proc::spawn(
+        env.roce(&[
+            "switch",
+            "--port",
+            &cable_port,
+            "--port",
+            &shm_port,
+            "--pcap",
+            pcap.to_str().unwrap(),
+        ]),
+        false,
+    );
+    switch.expect(|l| l.starts_with("switch ready"));
+    let nic = |end: &str, host: u8, link: String| Nic {
+        name: env.name(end),
+        ip: format!("10.79.0.{host}/24"),
+        link,
+        mtu: 4200,
+        neighbours: Vec::new(),
+        pcap: None,
+        netns: None,
+        extra: Vec::new(),
+    };
+    let a = nic("a", 1, format!("cable:127.0.0.1:{pa},127.0.0.1:{ps}"));
+    let b = nic("b", 2, format!("shm:{shm}"));
+    let na = env.nic(&a);
+    let nb = env.nic(&b);
+    let args = ["-s", "65536", "-n", "200"];
+    let (server, client) = perftest(
+        &env,
+        "write_bw",
+        &b.name,
+        &a.name,
+        "10.79.0.2",
+        19870,
+        &args,
+    );
+    finish(client, "client");
+    finish(server, "server");
+    drop((na, nb));
+    switch.signal(libc::SIGTERM);
+    let table = switch.drain_stdout();
+    assert!(switch.wait(PATIENCE).success(), "{table}");
+    assert!(table.contains("shared-memory link"), "{table}");
+    for port in ["port1.pcap", "port2.pcap"] {
+        decode_strict(&pcap.join(port));
+    }
+    let file = format!("/dev/shm/roce-link-{shm}");
+    assert!(!Path::new(&file).exists(), "{file} left behind");
+}
