@@ -35,6 +35,7 @@ pub enum FabricCommand {
     #[command(after_long_help = "Examples:
   roce fabric up rack.fabric                    until Ctrl-C or `roce fabric down`
   roce fabric up rack.fabric --pcap /tmp/rack   every switch port and every NIC recorded
+  roce fabric up rack.fabric --shm              NICs on shared-memory links, not UDP
 
 A topology file, one member a line:
   switch --rate 1G --buffer 256K --ecn kmin=20K,kmax=200K,pmax=0.01
@@ -61,6 +62,10 @@ pub struct UpArgs {
     /// Record every switch port (DIR/portN.pcap) and every NIC (DIR/NAME.pcap).
     #[arg(long, value_name = "DIR")]
     pcap: Option<PathBuf>,
+    /// Cable the NICs to the switch with shared-memory links rather than UDP on loopback
+    /// (faster, for fabrics of many local NICs; no QEMU guest can join such a port).
+    #[arg(long)]
+    shm: bool,
 }
 
 #[derive(clap::Args)]
@@ -290,14 +295,24 @@ fn up(args: UpArgs) -> Result<ExitCode, Failure> {
             .map_err(|e| Failure::new(format!("cannot create {}: {e}", pcap.display())))?;
     }
     let stats = dir.join("switch.json");
-    // One cable per NIC: the switch's end and the NIC's.
+    // One link per NIC: (the switch's end, the NIC's).
     let mut cables = Vec::new();
-    for _ in &nics {
-        cables.push((free_port()?, free_port()?));
+    for nic in &nics {
+        cables.push(if args.shm {
+            // Shared-memory names take no '.', which NIC names may have.
+            let link = format!("shm:{name}-{}", nic.name.replace('.', "_"));
+            (link.clone(), link)
+        } else {
+            let (s, n) = (free_port()?, free_port()?);
+            (
+                format!("127.0.0.1:{s},127.0.0.1:{n}"),
+                format!("cable:127.0.0.1:{n},127.0.0.1:{s}"),
+            )
+        });
     }
     let mut switch_args: Vec<String> = vec!["switch".into()];
-    for (s, n) in &cables {
-        switch_args.extend(["--port".into(), format!("127.0.0.1:{s},127.0.0.1:{n}")]);
+    for (port, _) in &cables {
+        switch_args.extend(["--port".into(), port.clone()]);
     }
     switch_args.extend(["--stats".into(), stats.display().to_string()]);
     if let Some(pcap) = &args.pcap {
@@ -319,9 +334,8 @@ fn up(args: UpArgs) -> Result<ExitCode, Failure> {
                 link: format!("{} ports", cables.len()),
             },
         ));
-        for (port, (nic, (s, n))) in nics.iter().zip(&cables).enumerate() {
+        for (port, (nic, (_, link))) in nics.iter().zip(&cables).enumerate() {
             let NicLine { name, ip, flags } = nic;
-            let link = format!("cable:127.0.0.1:{n},127.0.0.1:{s}");
             let mut nic_args: Vec<String> = vec![
                 "nic".into(),
                 "--name".into(),
@@ -348,7 +362,7 @@ fn up(args: UpArgs) -> Result<ExitCode, Failure> {
                     name: name.clone(),
                     pid,
                     port: Some(port + 1),
-                    link,
+                    link: link.clone(),
                 },
             ));
         }

@@ -823,3 +823,44 @@ fn a_switch_port_can_be_a_shared_memory_link() {
     let file = format!("/dev/shm/roce-link-{shm}");
     assert!(!Path::new(&file).exists(), "{file} left behind");
 }
+
+#[test]
+fn fabric_up_with_shm_links_between_the_switch_and_its_nics() {
+    let env = Env::new("fshm");
+    let (a, b) = (env.name("a"), env.name("b"));
+    let topology = env.dir.join("local.fabric");
+    std::fs::write(
+        &topology,
+        format!("switch\nnic {a} 10.80.0.1/24\nnic {b} 10.80.0.2/24\n"),
+    )
+    .unwrap();
+    let fabric_name = env.name("local");
+    let mut up = Proc::spawn(
+        env.roce(&[
+            "fabric",
+            "up",
+            topology.to_str().unwrap(),
+            "--name",
+            &fabric_name,
+            "--shm",
+        ]),
+        false,
+    );
+    up.expect(|l| l.starts_with(&format!("fabric {fabric_name} up")));
+    let status = env.run(&["fabric", "status", &fabric_name]);
+    assert!(
+        status.stdout.contains(&format!("shm:{fabric_name}-{a}")),
+        "{}",
+        status.stdout
+    );
+    let args = ["-s", "65536", "-n", "100"];
+    let (server, client) = perftest(&env, "write_bw", &b, &a, "10.80.0.2", 19880, &args);
+    finish(client, "client");
+    finish(server, "server");
+    assert!(env.run(&["fabric", "down", &fabric_name]).status.success());
+    assert!(up.wait(PATIENCE).success());
+    for nic in [&a, &b] {
+        let file = format!("/dev/shm/roce-link-{fabric_name}-{nic}");
+        assert!(!Path::new(&file).exists(), "{file} left behind");
+    }
+}
