@@ -77,7 +77,7 @@ impl fmt::Display for CableAddrs {
 }
 
 /// Frames one `recvmmsg` may bring in.
-const RX_BATCH: usize = 32;
+const RX_BATCH: usize = 64;
 
 /// One end of a UDP cable.
 pub struct CableLink {

@@ -46,7 +46,7 @@ const CONSUMER: usize = 64;
 const WAKE_WANTED: usize = 96;
 const RING_HEADER: usize = 128;
 /// Frames that may wait in one direction (like [`super::mem::QUEUE_DEPTH`]).
-pub const SLOTS: u32 = 512;
+pub const SLOTS: u32 = 1024;
 const SLOT_SIZE: usize = (4 + FRAME_CAPACITY).next_multiple_of(64);
 const RING_BYTES: usize = RING_HEADER + SLOTS as usize * SLOT_SIZE;
 const FILE_BYTES: usize = RINGS + 2 * RING_BYTES;
