@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use roce_nic::verbs::Context;
+use roce_nic::verbs::{Context, Mtu};
 use roce_nic::Device;
 use roce_tools::{Limits, ToolError};
 
@@ -35,20 +35,21 @@ impl LimitArgs {
 #[derive(clap::Args)]
 pub struct NicArgs {
     /// Use the running NIC of this name (see `roce nic`).
-    #[arg(long, value_name = "NAME", required_unless_present = "link")]
+    #[arg(long, value_name = "NAME")]
     nic: Option<String>,
-    /// Run a NIC of its own on this wire instead: `cable:LOCAL_UDP_ADDR,REMOTE_UDP_ADDR` (QEMU's
-    /// -netdev dgram format) or `iface:IFNAME`.
-    #[arg(long, conflicts_with = "nic", requires = "ip")]
+    /// Run a NIC of its own on this wire instead (with --ip): `cable:LOCAL_UDP_ADDR,REMOTE_UDP_ADDR`
+    /// (QEMU's -netdev dgram format) or `iface:IFNAME`.
+    #[arg(long, conflicts_with = "nic")]
     link: Option<String>,
     /// That NIC's IP address, optionally with its prefix length.
-    #[arg(long, value_name = "ADDR[/PREFIX]", requires = "link")]
+    #[arg(long, value_name = "ADDR[/PREFIX]", conflicts_with = "nic")]
     ip: Option<String>,
     /// That NIC's MAC address (default: 02:00 followed by the last four bytes of the IP).
     #[arg(long, requires = "link")]
     mac: Option<String>,
-    /// That NIC's link MTU (1500 carries path MTU 1024, 4200 carries 4096).
-    #[arg(long, value_name = "N", default_value_t = 4200)]
+    /// That NIC's link MTU, the largest IP packet a frame carries (1500 carries path MTU 1024,
+    /// 4200 carries 4096). The path MTU is -m/--mtu.
+    #[arg(long, value_name = "BYTES", default_value_t = 4200)]
     link_mtu: u32,
     /// Record every frame that NIC sends and receives to this pcap file.
     #[arg(long, value_name = "FILE", requires = "link")]
@@ -74,11 +75,33 @@ pub struct Nic {
 }
 
 impl NicArgs {
+    /// Which NIC: a running one, or one of the tool's own; one line saying what is missing
+    /// otherwise.
+    fn choice(&self) -> Result<Result<&str, (&str, &str)>, Failure> {
+        match (&self.nic, &self.link, &self.ip) {
+            (Some(name), None, None) => Ok(Ok(name)),
+            (None, Some(link), Some(ip)) => Ok(Err((link, ip))),
+            (None, None, Some(_)) => Err(Failure::usage(
+                "--ip is the address of a NIC the tool runs itself, which needs --link WIRE too \
+                 (or use --nic NAME for a running roce nic)",
+            )),
+            (None, Some(_), None) => Err(Failure::usage(
+                "--link runs a NIC of the tool's own, which needs --ip ADDR too",
+            )),
+            _ => Err(Failure::usage(
+                "which NIC? give --nic NAME (a running roce nic) or --link WIRE --ip ADDR (one \
+                 of the tool's own)",
+            )),
+        }
+    }
+
     pub fn open(&self, tool: &str) -> Result<Nic, Failure> {
-        let (Some(link), Some(ip)) = (&self.link, &self.ip) else {
-            let name = self.nic.as_deref().unwrap_or_default();
-            let ctx = roce_nic::host::connect(name).map_err(|e| Failure::new(e.to_string()))?;
-            return Ok(Nic { ctx, _device: None });
+        let (link, ip) = match self.choice()? {
+            Ok(name) => {
+                let ctx = roce_nic::host::connect(name).map_err(|e| Failure::new(e.to_string()))?;
+                return Ok(Nic { ctx, _device: None });
+            }
+            Err(own) => own,
         };
         let name = format!("{tool}-{}", std::process::id());
         let config = device::config(&DeviceWords {
@@ -105,8 +128,21 @@ impl NicArgs {
     }
 }
 
-/// A tool's failure as the command's: bad options are usage errors.
-pub fn failure(e: ToolError) -> Failure {
+/// A path MTU given in bytes (`-m`/`--mtu`, as rdma-core's tools take it).
+pub fn path_mtu(bytes: u32) -> Result<Mtu, Failure> {
+    Mtu::from_bytes(bytes).ok_or_else(|| {
+        Failure::usage(format!(
+            "--mtu {bytes} is not a path MTU: use 256, 512, 1024, 2048 or 4096"
+        ))
+    })
+}
+
+/// A tool's failure as the command's: bad options are usage errors, and any failure after the
+/// reader of standard output went away is the quiet end of the run.
+pub fn failure(e: ToolError, out: &crate::output::Watched) -> Failure {
+    if out.closed() {
+        return Failure::output(std::io::Error::from(std::io::ErrorKind::BrokenPipe));
+    }
     match e {
         ToolError::Usage(m) => Failure::usage(m),
         e => Failure::new(e.to_string()),

@@ -8,9 +8,16 @@ use roce_nic::bench;
 use roce_nic::link::faults::{FaultSpec, Faulty};
 use roce_nic::link::mem;
 use roce_nic::testbed;
-use roce_nic::verbs::{Mtu, QpType};
+use roce_nic::verbs::QpType;
 
 use crate::Failure;
+
+pub const EXAMPLES: &str = "\
+Examples:
+  roce bench                          3 s per figure, 1 MiB messages, path MTU 4096
+  roce bench -s 64K -m 1024           smaller messages, smaller packets
+  roce bench --faults drop=0.01       the cost of go-back-N at 1% loss
+  roce bench --seconds 1 --json | jq .write.gbit_per_s";
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -18,23 +25,21 @@ pub struct Args {
     #[arg(long, default_value_t = 3.0)]
     seconds: f64,
     /// Path MTU in bytes (256, 512, 1024, 2048 or 4096).
-    #[arg(long, default_value_t = 4096)]
+    #[arg(short, long, default_value_t = 4096)]
     mtu: u32,
     /// Message size of the goodput run (e.g. 1M, 64K).
-    #[arg(long, default_value = "1M")]
+    #[arg(short, long, default_value = "1M")]
     size: String,
     /// Faults on the cable, e.g. drop=0.01 (see `roce nic --help`).
     #[arg(long)]
     faults: Option<String>,
+    /// Print the figures as one JSON object instead of lines.
+    #[arg(long)]
+    json: bool,
 }
 
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
-    let mtu = Mtu::from_bytes(args.mtu).ok_or_else(|| {
-        Failure::usage(format!(
-            "--mtu {} is not one of 256, 512, 1024, 2048, 4096",
-            args.mtu
-        ))
-    })?;
+    let mtu = crate::attach::path_mtu(args.mtu)?;
     let size = roce_hostmem::parse_size(&args.size)
         .map_err(|e| Failure::usage(format!("--size {}: {e}", args.size)))?;
     if size > 16 << 20 {
@@ -68,49 +73,93 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     .map_err(|e| Failure::new(format!("could not set up the test bench: {e}")))?;
     let fail = |e: roce_nic::verbs::VerbsError| Failure::new(format!("benchmark failed: {e}"));
 
-    println!(
-        "two NICs in this process, in-process cable, RC, path MTU {mtu}{}",
-        match &faults {
-            Some(f) => format!(", faults {f}"),
-            None => String::new(),
-        }
-    );
     let copy = bench::memcpy_throughput(size, duration);
-    println!(
-        "memcpy {:>10}            {:8.2} Gbit/s   (this machine's copy ceiling)",
-        human(size),
-        copy.gbit_per_s()
-    );
+    if !args.json {
+        out!(
+            "two NICs in this process, in-process cable, RC, path MTU {mtu}{}",
+            match &faults {
+                Some(f) => format!(", faults {f}"),
+                None => String::new(),
+            }
+        )?;
+        out!(
+            "memcpy {:>10}            {:8.2} Gbit/s   (this machine's copy ceiling)",
+            human(size),
+            copy.gbit_per_s()
+        )?;
+    }
     let big = bench::write_throughput(&pair, size, 16, 1, duration).map_err(fail)?;
-    println!(
-        "RDMA WRITE {:>6} x16 in flight {:8.2} Gbit/s goodput ({} messages in {:.2?})",
-        human(size),
-        big.gbit_per_s(),
-        big.messages,
-        big.elapsed
-    );
+    if !args.json {
+        out!(
+            "RDMA WRITE {:>6} x16 in flight {:8.2} Gbit/s goodput ({} messages in {:.2?})",
+            human(size),
+            big.gbit_per_s(),
+            big.messages,
+            big.elapsed
+        )?;
+    }
     let small = bench::write_throughput(&pair, 64, 512, 32, duration).map_err(fail)?;
-    println!(
-        "RDMA WRITE     64 B x512 in flight {:8.3} M messages/s",
-        small.messages_per_s() / 1e6
-    );
+    if !args.json {
+        out!(
+            "RDMA WRITE     64 B x512 in flight {:8.3} M messages/s",
+            small.messages_per_s() / 1e6
+        )?;
+    }
     let lat = bench::write_latency(&pair, 64, 20_000).map_err(fail)?;
-    println!(
+    let c = pair.dev_a.counters();
+    if args.json {
+        let figures = serde_json::json!({
+            "setup": {
+                "nics": "two in this process, in-process cable",
+                "transport": "RC",
+                "path_mtu": mtu.bytes(),
+                "faults": faults.as_ref().map(ToString::to_string),
+            },
+            "memcpy": { "size": size, "gbit_per_s": copy.gbit_per_s() },
+            "write": {
+                "size": size,
+                "in_flight": 16,
+                "gbit_per_s": big.gbit_per_s(),
+                "messages": big.messages,
+                "seconds": big.elapsed.as_secs_f64(),
+            },
+            "small_write": {
+                "size": 64,
+                "in_flight": 512,
+                "messages_per_s": small.messages_per_s(),
+            },
+            "latency": {
+                "size": 64,
+                "median_us": us(lat.median),
+                "p99_us": us(lat.p99),
+                "min_us": us(lat.min),
+                "samples": lat.samples,
+            },
+            "recovery": {
+                "retransmitted_packets": c.retransmitted_packets,
+                "retransmit_timeouts": c.retransmit_timeouts,
+                "sequence_naks": c.naks_received_psn_sequence,
+                "tail_probes": c.tail_probes,
+            },
+        });
+        out!("{figures}")?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    out!(
         "RDMA WRITE     64 B latency        median {:.2} µs, p99 {:.2} µs, min {:.2} µs ({} samples, post to completion)",
         us(lat.median),
         us(lat.p99),
         us(lat.min),
         lat.samples
-    );
-    let c = pair.dev_a.counters();
+    )?;
     if c.retransmitted_packets > 0 || c.retransmit_timeouts > 0 || c.tail_probes > 0 {
-        println!(
+        out!(
             "recovery: {} packets retransmitted, {} timeouts, {} sequence NAKs, {} tail probes",
             c.retransmitted_packets,
             c.retransmit_timeouts,
             c.naks_received_psn_sequence,
             c.tail_probes
-        );
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }

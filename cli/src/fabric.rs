@@ -485,7 +485,7 @@ fn down(args: NameArgs) -> Result<ExitCode, Failure> {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    say!("fabric {name} down");
+    out!("fabric {name} down")?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -509,23 +509,23 @@ fn status(args: StatusArgs) -> Result<ExitCode, Failure> {
         let all = serde_json::json!({
             "fabric": name, "pid": state.pid, "members": members, "ports": stats["ports"],
         });
-        say!("{all}");
+        out!("{all}")?;
         return Ok(ExitCode::SUCCESS);
     }
-    say!("fabric {name} (process {})", state.pid);
+    out!("fabric {name} (process {})", state.pid)?;
     for m in &state.members {
         let port = m.port.map(|p| format!("port {p}")).unwrap_or_default();
         let up = if alive(m.pid) { "running" } else { "GONE" };
-        say!(
+        out!(
             "  {:6} {:12} pid {:<8} {up:8} {port:8} {}",
             m.role,
             m.name,
             m.pid,
             m.link
-        );
+        )?;
     }
     let ports = stats["ports"].as_array().cloned().unwrap_or_default();
-    say!(
+    out!(
         "  {:>4} {:12} {:>10} {:>10} {:>8} {:>8} {:>10} {:>10} {:>6} {:>6}",
         "port",
         "nic",
@@ -537,7 +537,7 @@ fn status(args: StatusArgs) -> Result<ExitCode, Failure> {
         "queue max",
         "xoff",
         "paused"
-    );
+    )?;
     for port in ports {
         let n = port["port"].as_u64().unwrap_or(0) as usize;
         let nic = state
@@ -546,7 +546,7 @@ fn status(args: StatusArgs) -> Result<ExitCode, Failure> {
             .find(|m| m.port == Some(n))
             .map_or("", |m| m.name.as_str());
         let v = |k: &str| port[k].as_u64().unwrap_or(0);
-        say!(
+        out!(
             "  {:>4} {:12} {:>10} {:>10} {:>8} {:>8} {:>10} {:>10} {:>6} {:>6}",
             n,
             nic,
@@ -558,7 +558,7 @@ fn status(args: StatusArgs) -> Result<ExitCode, Failure> {
             v("queue_max_bytes"),
             v("pause_xoff_sent"),
             v("pause_received")
-        );
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }

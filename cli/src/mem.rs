@@ -9,12 +9,14 @@ use std::time::Duration;
 
 use roce_hostmem::{parse_size, Region, RegionError};
 
+use crate::output::count;
 use crate::Failure;
 use hexdump::{Hexdump, LINE};
 
 #[derive(clap::Subcommand)]
 pub enum Command {
     /// Create a region that stays until `roce mem rm` removes it.
+    #[command(after_long_help = "Examples:\n  roce mem create buf 1M\n  roce mem create big 2G")]
     Create {
         /// Region name; the region is the file /dev/shm/roce-NAME.
         name: String,
@@ -22,11 +24,15 @@ pub enum Command {
         size: String,
     },
     /// Remove a region. Processes that have it mapped keep their mapping.
+    #[command(after_long_help = "Examples:\n  roce mem rm buf")]
     Rm {
         /// Region name.
         name: String,
     },
     /// Print a region's bytes like `hexdump -C`; a run of zero lines is shown as `*`.
+    #[command(
+        after_long_help = "Examples:\n  roce mem dump buf                 the whole region\n  roce mem dump buf 0x1000 64       64 bytes from offset 0x1000\n  roce mem dump buf 4K | head"
+    )]
     Dump {
         /// Region name.
         name: String,
@@ -39,6 +45,10 @@ pub enum Command {
     ///
     /// Checks ten times a second by comparing the region with the previous look: the writer is
     /// someone else (the NIC), and the watcher's own CPU time shows the host spends nothing.
+    /// Ctrl-C or SIGTERM ends it with the summary.
+    #[command(
+        after_long_help = "Examples:\n  roce mem watch buf                until Ctrl-C\n  roce mem watch buf --count 1      until the first change\n  roce mem watch buf --duration 30"
+    )]
     Watch {
         /// Region name.
         name: String,
@@ -56,7 +66,7 @@ pub fn run(cmd: Command) -> Result<ExitCode, Failure> {
         Command::Create { name, size } => create(&name, &size),
         Command::Rm { name } => {
             Region::remove(&name).map_err(region_failure)?;
-            println!("removed region {name}");
+            out!("removed region {name}")?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Dump { name, offset, len } => dump(&name, offset.as_deref(), len.as_deref()),
@@ -81,13 +91,13 @@ fn create(name: &str, size: &str) -> Result<ExitCode, Failure> {
     let size = parse_size(size).map_err(|err| Failure::usage(err.to_string()))?;
     // Persistent: the command exits at once, and the region is for other programs to use.
     let region = Region::create_persistent(name, size).map_err(region_failure)?;
-    println!(
-        "created region {name}: {}, {} bytes",
+    out!(
+        "created region {name}: {}, {}",
         region
             .path()
             .map_or(String::new(), |p| p.display().to_string()),
-        region.len()
-    );
+        count(region.len() as u64, "byte")
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -97,7 +107,8 @@ fn dump(name: &str, offset: Option<&str>, len: Option<&str>) -> Result<ExitCode,
     let start = offset.map_or(Ok(0), |text| parse_offset("OFFSET", text))?;
     if start > size {
         return Err(Failure::usage(format!(
-            "offset {start} is past the end of region {name} ({size} bytes)"
+            "offset {start:#x} is past the end of region {name} ({})",
+            count(size, "byte")
         )));
     }
     let end = match len {
@@ -152,18 +163,20 @@ fn parse_seconds(text: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("{text:?} is not a number of seconds"))
 }
 
-/// Bad input (names, sizes, missing regions) exits with 2, failed operations with 1.
+/// Bad input exits with 2: a bad name or size, and a name that does not exist (rm, dump,
+/// watch) or already does (create) — the name given was the wrong one either way. Failed
+/// operations exit with 1.
 fn region_failure(err: RegionError) -> Failure {
     match err {
         RegionError::BadName { .. }
         | RegionError::ZeroSize
         | RegionError::TooLarge { .. }
         | RegionError::NotFound { .. }
+        | RegionError::Exists { .. }
         | RegionError::NotAFile { .. }
         | RegionError::Empty { .. }
         | RegionError::OutOfBounds { .. } => Failure::usage(err.to_string()),
-        RegionError::Exists { .. }
-        | RegionError::NoRoom { .. }
+        RegionError::NoRoom { .. }
         | RegionError::Io { .. }
         | RegionError::Anonymous { .. }
         | RegionError::Untrusted { .. }
@@ -175,9 +188,6 @@ fn region_failure(err: RegionError) -> Failure {
 
 /// A reader that went away (`roce mem dump x | head`) is a normal end, not a failure.
 fn finish_output(result: io::Result<()>) -> Result<ExitCode, Failure> {
-    match result {
-        Ok(()) => Ok(ExitCode::SUCCESS),
-        Err(err) if err.kind() == io::ErrorKind::BrokenPipe => Ok(ExitCode::SUCCESS),
-        Err(err) => Err(Failure::new(format!("cannot write the output: {err}"))),
-    }
+    result.map_err(Failure::output)?;
+    Ok(ExitCode::SUCCESS)
 }

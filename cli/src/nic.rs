@@ -13,8 +13,20 @@ use roce_nic::{Device, RingMemory};
 use tracing::info;
 
 use crate::device::{self, DeviceWords};
+use crate::output::mac;
 use crate::signals::Shutdown;
 use crate::Failure;
+
+pub const EXAMPLES: &str = "\
+Examples:
+  Two NICs cabled to each other over loopback UDP (each finds the other by ARP):
+    roce nic --name nic0 --ip 10.0.0.1 --link cable:127.0.0.1:7001,127.0.0.1:7002 &
+    roce nic --name nic1 --ip 10.0.0.2 --link cable:127.0.0.1:7002,127.0.0.1:7001 &
+  A lossy link, recorded for Wireshark:
+    roce nic --name nic0 --ip 10.0.0.1 --link cable:127.0.0.1:7001,127.0.0.1:7002 \\
+        --faults drop=0.01,seed=7 --pcap nic0.pcap
+  A NIC on a veth interface (needs CAP_NET_RAW), path MTU 1024:
+    roce nic --name nic0 --ip 10.0.0.1/24 --link iface:veth0 --link-mtu 1500";
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -28,9 +40,15 @@ pub struct Args {
     /// The NIC's MAC address (default: 02:00 followed by the last four bytes of the IP).
     #[arg(long)]
     mac: Option<String>,
-    /// The link's IP MTU; path MTUs up to the largest that fits (4200 gives 4096).
-    #[arg(long, default_value_t = 4200, value_name = "N")]
-    mtu: u32,
+    /// The link's IP MTU: the largest IP packet a frame carries. RoCE's path MTU is then the
+    /// largest of 256 ... 4096 that fits with the headers: 4200 carries 4096, 1500 carries
+    /// 1024. (`--mtu` is the path MTU wherever roce takes one.)
+    #[arg(long, default_value_t = 4200, value_name = "BYTES")]
+    link_mtu: u32,
+    /// What this NIC's --mtu was before --mtu meant the path MTU everywhere: refused, with the
+    /// right name.
+    #[arg(long, hide = true)]
+    mtu: Option<String>,
     /// The wire: `cable:LOCAL_UDP_ADDR,REMOTE_UDP_ADDR` (one Ethernet frame per datagram, as
     /// QEMU's -netdev dgram), `iface:IFNAME` (a raw Ethernet interface) or `shm:NAME` (shared
     /// memory to another NIC process on this machine started with the same name).
@@ -58,7 +76,13 @@ pub struct Args {
     /// Obey 802.1Qbb PFC pause frames for this priority (default 3): hold everything we send
     /// while the peer says pause. Pause times are in quanta of 512 bit times at --rate (10G
     /// without one).
-    #[arg(long, value_name = "PRIORITY", num_args = 0..=1, default_missing_value = "3")]
+    #[arg(
+        long,
+        value_name = "PRIORITY",
+        num_args = 0..=1,
+        default_missing_value = "3",
+        value_parser = clap::value_parser!(u8).range(0..=7)
+    )]
     pfc: Option<u8>,
     /// Follow Soft-RoCE where it deviates from the IBTA spec (retry_cnt 7 retries for ever);
     /// see docs/rxe-differences.md.
@@ -73,12 +97,18 @@ pub struct Args {
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
     // Before any thread starts, so that every thread inherits the blocked mask.
     let shutdown = Shutdown::block();
+    if args.mtu.is_some() {
+        return Err(Failure::usage(
+            "the NIC's MTU is --link-mtu, the largest IP packet on its link (--mtu is the path \
+             MTU, which the NIC derives from it)",
+        ));
+    }
     host::check_name(&args.name).map_err(|e| Failure::usage(e.to_string()))?;
     let mut config = device::config(&DeviceWords {
         name: &args.name,
         ip: &args.ip,
         mac: args.mac.as_deref(),
-        mtu: args.mtu,
+        mtu: args.link_mtu,
         neighbours: &args.neighbours,
         rxe_compat: args.rxe_compat,
     })?;
@@ -100,11 +130,6 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     let (mut link, mut describe) =
         device::open(&spec, &args.link, rate, faults, args.pcap.as_deref())?;
     if let Some(priority) = args.pfc {
-        if priority > 7 {
-            return Err(Failure::usage(format!(
-                "--pfc {priority}: a priority is 0 to 7"
-            )));
-        }
         let speed = rate.unwrap_or(Rate(10_000_000_000));
         link = Box::new(Pausable::new(link, priority, speed));
         describe = format!("{describe}, obeying PFC priority {priority}");
@@ -113,14 +138,15 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         link = Box::new(Ect::new(link));
         describe = format!("{describe}, ECT on RoCE");
     }
-    let (name, mac, ip) = (config.name.clone(), config.mac, config.ips[0]);
+    let (name, hw, ip) = (config.name.clone(), config.mac, config.ips[0]);
     let device = Device::start(config, link)
         .map_err(|e| Failure::new(format!("cannot start the NIC {name}: {e}")))?;
     let server = claim
         .serve(&device)
         .map_err(|e| Failure::new(e.to_string()))?;
     say!(
-        "{name} ready: mac {mac}, ip {ip}, link {describe}, socket {}",
+        "{name} ready: mac {}, ip {ip}, link {describe}, socket {}",
+        mac(hw),
         server.path().display()
     );
     let signal = shutdown.wait();

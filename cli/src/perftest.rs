@@ -4,12 +4,23 @@
 use std::net::IpAddr;
 use std::process::ExitCode;
 
-use roce_nic::verbs::Mtu;
 use roce_tools::perftest::{self, AtomicOp, Options, Test};
 use roce_tools::Role;
 
-use crate::attach::{failure, LimitArgs, NicArgs};
+use crate::attach::{failure, path_mtu, LimitArgs, NicArgs};
+use crate::output::Watched;
 use crate::Failure;
+
+pub const EXAMPLES: &str = "\
+Examples:
+  Server and client on two running NICs (see roce nic --help):
+    roce perftest write_bw --nic nic1
+    roce perftest write_bw --nic nic0 10.0.0.2
+  Every size from 2 bytes to 8 MiB, in Gb/s:
+    roce perftest read_bw -a --report_gbits --nic nic0 10.0.0.2
+  Against perftest in a Soft-RoCE guest at 10.77.0.2, retrying while it boots:
+    roce perftest write_bw -s 65536 -n 200 --connect-retry 60 \\
+        --link cable:127.0.0.1:47911,127.0.0.1:47910 --ip 10.77.0.1 --link-mtu 1500 --rate 200M 10.77.0.2";
 
 #[derive(Clone, Copy, clap::ValueEnum)]
 enum Program {
@@ -78,7 +89,8 @@ pub struct Args {
         default_value = "FETCH_AND_ADD"
     )]
     atomic: Atomic,
-    /// Every message size from 2 bytes to 8 MiB in powers of two (write_bw and read_bw).
+    /// Every message size from 2 bytes to 8 MiB in powers of two, as perftest sweeps (every
+    /// test but atomic_bw and atomic_lat, whose message is 8 bytes).
     #[arg(short = 'a', long = "all")]
     all: bool,
     /// Bandwidth in Gb/s rather than MB/s.
@@ -101,16 +113,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         Program::AtomicBw => Test::AtomicBw,
         Program::AtomicLat => Test::AtomicLat,
     };
-    let mtu = args
-        .mtu
-        .map(|bytes| {
-            Mtu::from_bytes(bytes).ok_or_else(|| {
-                Failure::usage(format!(
-                    "--mtu {bytes} is not a path MTU: use 256, 512, 1024, 2048 or 4096"
-                ))
-            })
-        })
-        .transpose()?;
+    let mtu = args.mtu.map(path_mtu).transpose()?;
     let defaults = Options::new(test);
     let opts = Options {
         atomic: match args.atomic {
@@ -132,6 +135,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     };
     let role = args.server.map_or(Role::Server, Role::Client);
     let nic = args.nic.open("perftest")?;
-    perftest::run(&nic.ctx, &opts, role, &mut std::io::stdout()).map_err(failure)?;
+    let mut out = Watched::default();
+    perftest::run(&nic.ctx, &opts, role, &mut out).map_err(|e| failure(e, &out))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -4,12 +4,22 @@
 use std::net::IpAddr;
 use std::process::ExitCode;
 
-use roce_nic::verbs::Mtu;
 use roce_tools::pingpong::{self, Options, Transport};
 use roce_tools::Role;
 
-use crate::attach::{failure, LimitArgs, NicArgs};
+use crate::attach::{failure, path_mtu, LimitArgs, NicArgs};
+use crate::output::Watched;
 use crate::Failure;
+
+pub const EXAMPLES: &str = "\
+Examples:
+  Server and client on two running NICs (see roce nic --help):
+    roce pingpong rc --nic nic1
+    roce pingpong rc --nic nic0 10.0.0.2
+  Against rdma-core's own, in a Soft-RoCE guest at 10.77.0.2, with a NIC of the tool's own:
+    roce pingpong rc -n 100 --link cable:127.0.0.1:47911,127.0.0.1:47910 --ip 10.77.0.1 --link-mtu 1500
+  Path MTU 4096 (give -m 4096 to the peer too), 2% loss:
+    roce pingpong rc -m 4096 --link ... --ip ... --faults drop=0.02 10.77.0.2";
 
 #[derive(Clone, Copy, clap::ValueEnum)]
 enum Program {
@@ -67,12 +77,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         Program::Ud => Transport::Ud,
         Program::Srq => Transport::Srq,
     };
-    let mtu = Mtu::from_bytes(args.mtu).ok_or_else(|| {
-        Failure::usage(format!(
-            "--mtu {} is not a path MTU: use 256, 512, 1024, 2048 or 4096",
-            args.mtu
-        ))
-    })?;
+    let mtu = path_mtu(args.mtu)?;
     let defaults = Options::new(transport);
     let opts = Options {
         size: args.size.unwrap_or(defaults.size),
@@ -88,6 +93,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     };
     let role = args.server.map_or(Role::Server, Role::Client);
     let nic = args.nic.open("pingpong")?;
-    pingpong::run(&nic.ctx, &opts, role, &mut std::io::stdout()).map_err(failure)?;
+    let mut out = Watched::default();
+    pingpong::run(&nic.ctx, &opts, role, &mut out).map_err(|e| failure(e, &out))?;
     Ok(ExitCode::SUCCESS)
 }

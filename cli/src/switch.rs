@@ -48,7 +48,8 @@ pub struct Args {
     #[arg(long, value_name = "THRESHOLDS")]
     pfc: Option<String>,
     /// The priority pause frames name (and received ones are obeyed for).
-    #[arg(long, default_value_t = 3, value_name = "0-7")]
+    #[arg(long, default_value_t = 3, value_name = "0-7",
+          value_parser = clap::value_parser!(u8).range(0..=7))]
     pfc_priority: u8,
     /// Record each port's frames, both ways, to DIR/portN.pcap.
     #[arg(long, value_name = "DIR")]
@@ -94,9 +95,6 @@ fn port_config(args: &Args) -> Result<PortConfig, Failure> {
                 show_bytes(buffer)
             )));
         }
-    }
-    if args.pfc_priority > 7 {
-        return Err(Failure::usage("--pfc-priority: a priority is 0 to 7"));
     }
     Ok(PortConfig {
         rate: rate.0,

@@ -297,7 +297,7 @@ fn loss_shows_the_nak_and_the_retransmission() {
     assert!(at(nak[1]).contains("[NAK, PSN sequence error]") && lost < nak[1] && nak[1] < again);
     line_with(
         &out,
-        "frame 2  initiator NIC → target NIC  (314 bytes)  ✗ lost on the wire",
+        "frame 2  initiator NIC → target NIC  (314 bytes)  ↯ lost on the wire",
     );
     line_with(&out, &format!("sends a sequence NAK for {psn}"));
     line_with(&out, &format!("go-back-N: sends again from PSN {psn}"));
@@ -388,7 +388,7 @@ fn help_explains_each_scenario_in_one_line() {
     assert!(done.status.success());
     for scenario in Scenario::ALL {
         let line = line_with(&done.stdout, &format!("- {}:", scenario.name()));
-        assert!(line.trim_end().ends_with(scenario.summary()), "{line}");
+        assert!(line.trim_end().ends_with(&scenario.summary()), "{line}");
     }
 }
 
@@ -418,7 +418,7 @@ fn step_without_a_terminal_says_so_and_runs_through() {
     assert!(done.status.success(), "{}", done.stderr);
     assert_eq!(
         done.stderr,
-        "roce: --step waits for Enter on a terminal, and standard input is none: not pausing\n"
+        "roce: --step waits for Enter on a terminal, and standard input is not a terminal: not pausing\n"
     );
     proof(&done.stdout, "counter verified");
 }

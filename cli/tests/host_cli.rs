@@ -208,7 +208,7 @@ fn nic_errors_are_one_clear_line() {
     assert!(info.status.success(), "{}", info.stderr);
     assert!(info
         .stdout
-        .starts_with(&format!("nic {} mac 02-00-0a-48-00-01", a.name)));
+        .starts_with(&format!("nic {} mac 02:00:0a:48:00:01", a.name)));
     assert!(!info.stdout.contains("rx_icrc_errors"), "{}", info.stdout);
     let counters = env.run(&["host", "info", "--nic", &a.name, "--counters"]);
     assert!(counters.status.success(), "{}", counters.stderr);
@@ -314,9 +314,95 @@ fn host_errors_are_one_clear_line() {
         post.stdout
     );
     assert!(
-        post.stderr
-            .ends_with("roce: the RDMA WRITE failed: transport retry counter exceeded\n"),
+        post.stderr.ends_with(
+            "roce: the RDMA WRITE failed: transport retry counter exceeded (nothing answered: the \
+             server must connect to this post's line before Enter, which a stopped server cannot \
+             do; to post while it is stopped, connect once with roce host connect)\n"
+        ),
         "{}",
         post.stderr
     );
+    // Operands that mean nothing for the operation are refused, not ignored.
+    assert_fails(
+        &env.run(&[
+            "host", "post", "--nic", &a.name, "--peer", peer, "--read", "4", "--data", "x",
+            "--rkey", "1", "--va", "0",
+        ]),
+        2,
+        "--data, --hex and --file give what --write or --send sends: the other operations take none",
+    );
+    // A bad --peer is refused before the region or the QP is made.
+    let region = RegionName(env.name("garbage"));
+    assert_fails(
+        &env.run(&[
+            "host", "serve", "--nic", &a.name, "--region", &region.0, "--size", "64K", "--peer",
+            "garbage",
+        ]),
+        2,
+        "\"garbage\" is not LID:QPN:PSN:GID (for example 0000:000011:0a1b2c:00000000000000000000ffff0a000001)",
+    );
+    assert!(!shm_exists(&region.0), "a refused serve made its region");
+    let counters = env.run(&["host", "info", "--nic", &a.name, "--counters", "--json"]);
+    assert!(counters.status.success(), "{}", counters.stderr);
+    let info: serde_json::Value = serde_json::from_str(&counters.stdout).unwrap();
+    assert_eq!(info["nic"], a.name.as_str());
+    assert_eq!(info["mac"], "02:00:0a:49:00:01");
+    assert_eq!(info["max_mtu"], 4096);
+    assert_eq!(info["gids"][1]["address"], "::ffff:10.73.0.1");
+    assert!(
+        info["counters"]["tx_frames"].as_u64().unwrap() > 0,
+        "{info}"
+    );
+    assert_eq!(info["counters"]["rx_icrc_errors"], 0);
+}
+
+#[test]
+fn the_server_prompt_has_help_and_a_refused_request_is_one_line() {
+    let env = Env::new("hprompt");
+    let (a, b) = cabled_pair(&env, 74);
+    let _nics = (env.nic(&a), env.nic(&b));
+    let region = RegionName(env.name("buf"));
+    let serve = [
+        "host", "serve", "--nic", &b.name, "--region", &region.0, "--size", "64K",
+    ];
+    let mut server = Proc::spawn(env.roce(&serve), true);
+    let local = server.expect(|l| l.starts_with("local "));
+    let peer = local.strip_prefix("local ").unwrap().to_owned();
+    server.say("help");
+    server.expect(|l| l == "commands, one a line:");
+    server.expect(|l| l.starts_with("  show OFFSET LEN "));
+    // A WRITE with a wrong rkey: the server's NIC refuses it, and its QP goes into the error
+    // state, flushing its 16 posted receives. One line says so.
+    let done = post(
+        &env,
+        &mut server,
+        &a.name,
+        &peer,
+        &["--write", "--data", "x", "--rkey", "0x999", "--va", "0"],
+    );
+    assert_eq!(done.status.code(), Some(1), "{}", done.stderr);
+    server.expect(|l| l.starts_with("the QP went into the error state"));
+    // The next peer connects it again; nothing was printed in between.
+    let done = post(
+        &env,
+        &mut server,
+        &a.name,
+        &peer,
+        &["--write", "--data", "y", "--rkey", "0x100", "--va", "0"],
+    );
+    assert!(done.status.success(), "{}", done.stderr);
+    server.signal(libc::SIGINT);
+    assert!(server.wait(PATIENCE).success());
+    let rest = server.drain_stdout();
+    let all: Vec<&str> = server
+        .seen()
+        .iter()
+        .map(String::as_str)
+        .chain(rest.lines())
+        .collect();
+    let flushed = all
+        .iter()
+        .filter(|l| l.contains("Flush") || l.starts_with("the QP went"))
+        .count();
+    assert_eq!(flushed, 1, "{all:#?}");
 }

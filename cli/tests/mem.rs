@@ -65,9 +65,10 @@ fn bad_names_sizes_and_missing_regions_are_one_clear_line() {
     let name = Name::new("errors");
     let path = format!("/dev/shm/roce-{}", name.0);
     assert!(roce(&["mem", "create", &name.0, "4K"]).status.success());
+    // A name that is taken is bad input, like a name that does not exist: both exit with 2.
     assert_fails(
         &roce(&["mem", "create", &name.0, "4K"]),
-        1,
+        2,
         &format!("region {path} already exists"),
     );
     assert_fails(
@@ -103,7 +104,7 @@ fn bad_names_sizes_and_missing_regions_are_one_clear_line() {
         &roce(&["mem", "dump", &name.0, "8K"]),
         2,
         &format!(
-            "offset 8192 is past the end of region {} (4096 bytes)",
+            "offset 0x2000 is past the end of region {} (4096 bytes)",
             name.0
         ),
     );
@@ -197,7 +198,7 @@ fn watch_prints_a_change_made_by_another_process_with_its_own_cpu_cost() {
         lines[2].trim_start().starts_with("watcher CPU: user "),
         "{rest}"
     );
-    assert!(lines[3].starts_with("saw 1 changes in "), "{rest}");
+    assert!(lines[3].starts_with("saw 1 change in "), "{rest}");
     assert!(lines[3].contains("voluntary"), "{rest}");
 }
 
@@ -229,11 +230,20 @@ fn watch_ends_after_its_duration_or_on_ctrl_c() {
     assert!(forever.status.success(), "{}", stderr(&forever));
     assert!(stdout(&forever).contains("saw 0 changes in "));
 
-    let (mut child, mut out, _) = start_watch(&[&name.0, "--duration", "30"]);
-    // SAFETY: plain kill(2) of our own child.
-    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
-    let mut rest = String::new();
-    out.read_to_string(&mut rest).unwrap();
-    assert!(child.wait().unwrap().success(), "Ctrl-C is a normal end");
-    assert!(rest.starts_with("saw 0 changes in "), "{rest}");
+    // Ctrl-C, and SIGTERM as kill(1) and timeout(1) send it, end the watch with its summary.
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        let (mut child, mut out, _) = start_watch(&[&name.0, "--duration", "30"]);
+        // SAFETY: plain kill(2) of our own child.
+        assert_eq!(unsafe { libc::kill(child.id() as i32, signal) }, 0);
+        let mut rest = String::new();
+        out.read_to_string(&mut rest).unwrap();
+        assert!(
+            child.wait().unwrap().success(),
+            "signal {signal} is a normal end"
+        );
+        assert!(
+            rest.starts_with("saw 0 changes in "),
+            "signal {signal}: {rest}"
+        );
+    }
 }

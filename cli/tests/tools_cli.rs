@@ -180,3 +180,86 @@ fn tool_failures_are_one_clear_line() {
     assert_eq!(unknown.status.code(), Some(2));
     assert_eq!(unknown.stderr.lines().count(), 1, "{}", unknown.stderr);
 }
+
+#[test]
+fn an_address_without_a_wire_is_one_message_naming_what_is_missing() {
+    let env = Env::new("tnoln");
+    for tool in [&["perftest", "write_bw"][..], &["pingpong", "rc"]] {
+        let with = |extra: &[&str]| {
+            let all: Vec<&str> = tool.iter().chain(extra).copied().collect();
+            env.run(&all)
+        };
+        assert_fails(
+            &with(&["--ip", "10.84.0.1"]),
+            2,
+            "--ip is the address of a NIC the tool runs itself, which needs --link WIRE too (or \
+             use --nic NAME for a running roce nic)",
+        );
+        assert_fails(
+            &with(&[]),
+            2,
+            "which NIC? give --nic NAME (a running roce nic) or --link WIRE --ip ADDR (one of \
+             the tool's own)",
+        );
+    }
+}
+
+#[test]
+fn mtu_is_the_path_mtu_everywhere_and_the_link_mtu_has_its_own_name() {
+    let env = Env::new("tmtu");
+    // -m and --mtu are the path MTU, as in rdma-core's tools, on every command that takes one.
+    for (cmd, help) in [
+        (&["pingpong", "--help"][..], "-m, --mtu <MTU>"),
+        (&["perftest", "--help"], "-m, --mtu <MTU>"),
+        (&["bench", "--help"], "-m, --mtu <MTU>"),
+        (&["host", "serve", "--help"], "-m, --mtu <MTU>"),
+        (&["host", "post", "--help"], "-m, --mtu <MTU>"),
+        (&["host", "connect", "--help"], "-m, --mtu <MTU>"),
+        (&["nic", "--help"], "--link-mtu <BYTES>"),
+        (&["pingpong", "--help"], "--link-mtu <BYTES>"),
+    ] {
+        let done = env.run(cmd);
+        assert!(done.status.success(), "{cmd:?}: {}", done.stderr);
+        assert!(
+            done.stdout.contains(help),
+            "{cmd:?} has no {help:?}:\n{}",
+            done.stdout
+        );
+    }
+    // The NIC's link MTU is not --mtu: the one-line error gives the right name.
+    let nic = env.run(&[
+        "nic",
+        "--name",
+        "x",
+        "--ip",
+        "10.85.0.1",
+        "--link",
+        "cable:127.0.0.1:1,127.0.0.1:2",
+        "--mtu",
+        "1500",
+    ]);
+    assert_fails(
+        &nic,
+        2,
+        "the NIC's MTU is --link-mtu, the largest IP packet on its link (--mtu is the path MTU, \
+         which the NIC derives from it)",
+    );
+    let bench = env.run(&["bench", "-m", "3000"]);
+    assert_fails(
+        &bench,
+        2,
+        "--mtu 3000 is not a path MTU: use 256, 512, 1024, 2048 or 4096",
+    );
+}
+
+#[test]
+fn perftest_help_says_which_tests_sweep_every_size() {
+    let env = Env::new("tphelp");
+    let help = env.run(&["perftest", "--help"]);
+    let text = help.stdout.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        text.contains("Every message size from 2 bytes to 8 MiB in powers of two, as perftest sweeps (every test but atomic_bw and atomic_lat"),
+        "{}",
+        help.stdout
+    );
+}

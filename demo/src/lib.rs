@@ -33,6 +33,7 @@ pub mod wire;
 
 mod child;
 mod error;
+mod shm;
 
 pub use error::DemoError;
 pub use play::{run, Mode, Options};

@@ -35,27 +35,36 @@ impl Scenario {
         }
     }
 
-    /// What the scenario shows, in one line (for `--help`).
-    pub fn summary(self) -> &'static str {
+    /// What the scenario shows, in one line (for `--help`), as the default mode runs it: with
+    /// the target frozen.
+    pub fn summary(self) -> String {
+        self.summary_with("frozen")
+    }
+
+    /// The summary with `target` saying what the target does meanwhile: "frozen" for a process
+    /// stopped with SIGSTOP, "idle" for `--in-process`, where the target is a waiting thread.
+    pub fn summary_with(self, target: &str) -> String {
         match self {
-            Scenario::Write => {
-                "RDMA WRITE: the initiator puts bytes into the frozen target's memory (default)"
-            }
+            Scenario::Write => format!(
+                "RDMA WRITE: the initiator puts bytes into the {target} target's memory (default)"
+            ),
             Scenario::Read => {
-                "RDMA READ: the initiator fetches bytes from the frozen target's memory"
+                format!("RDMA READ: the initiator fetches bytes from the {target} target's memory")
             }
-            Scenario::Send => {
-                "two-sided SEND: refused (RNR NAK) while the frozen target has no receive posted, \
-                 delivered once it posts one"
+            Scenario::Send => format!(
+                "two-sided SEND: refused (RNR NAK) while the {target} target has no receive \
+                 posted, delivered once it posts one"
+            ),
+            Scenario::Atomic => {
+                format!("fetch-and-add on a counter in the {target} target's memory")
             }
-            Scenario::Atomic => "fetch-and-add on a counter in the frozen target's memory",
             Scenario::Loss => {
                 "RDMA WRITE with one packet dropped on the wire: sequence NAK and retransmission"
+                    .to_owned()
             }
-            Scenario::Imm => {
-                "RDMA WRITE with immediate: the sleeping target is woken by a completion once \
-                 the data is in place"
-            }
+            Scenario::Imm => "RDMA WRITE with immediate: the sleeping target is woken by a \
+                 completion once the data is in place"
+                .to_owned(),
         }
     }
 

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::builder::PossibleValue;
-use roce_demo::{DemoError, Mode, Options, Scenario};
+use roce_demo::{Beat, DemoError, Mode, Observer, Options, Scenario};
 
 use crate::Failure;
 pub use target::Args as TargetArgs;
@@ -21,10 +21,26 @@ const AFTER_HELP: &str = "\
 By default each NIC and the target program run as processes of their own, cabled over \
 loopback UDP through the demo, and the target is frozen with SIGSTOP while the NICs work. \
 Nothing needs root or setup. The proof lines say what was checked: the bytes in the target's \
-memory, its CPU time and context switches from /proc, the ICRC of every frame.";
+memory, its CPU time and context switches from /proc, the ICRC of every frame. A proof that \
+does not hold is marked ✗ and the demo exits with 1.";
+
+const AFTER_LONG_HELP: &str = "\
+By default each NIC and the target program run as processes of their own, cabled over \
+loopback UDP through the demo, and the target is frozen with SIGSTOP while the NICs work. \
+Nothing needs root or setup. The proof lines say what was checked: the bytes in the target's \
+memory, its CPU time and context switches from /proc, the ICRC of every frame. A proof that \
+does not hold is marked ✗ and the demo exits with 1.
+
+Examples:
+  roce demo                                   an RDMA WRITE into a frozen process
+  roce demo --scenario loss --pcap loss.pcap  a lost packet and go-back-N, for Wireshark too
+  roce demo --scenario read --html read.html  the run as one page: ladder, memory, CPU line
+  roce demo --size 1G                         a gigabyte, with progress and the Gbit/s
+  roce demo --step                            pause after each step, for a classroom
+  roce demo --quiet; roce demo --json         only the proof lines, as text or JSON";
 
 #[derive(clap::Args)]
-#[command(after_help = AFTER_HELP)]
+#[command(after_help = AFTER_HELP, after_long_help = AFTER_LONG_HELP)]
 pub struct Args {
     /// What to show.
     #[arg(long, default_value = "write")]
@@ -46,11 +62,14 @@ pub struct Args {
     html: Option<PathBuf>,
     /// Pause after each step until Enter, for a classroom. Only with a terminal on standard
     /// input; otherwise the demo says so and runs through.
-    #[arg(long, conflicts_with = "quiet")]
+    #[arg(long, conflicts_with_all = ["quiet", "json"])]
     step: bool,
     /// Print only the proof lines.
     #[arg(long)]
     quiet: bool,
+    /// Print only the proof lines, each as a JSON object: {"scenario", "held", "proof"}.
+    #[arg(long)]
+    json: bool,
 }
 
 /// A scenario as an option value, with its one-line summary in `--help`.
@@ -107,15 +126,43 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         pcap: args.pcap,
         html: args.html,
     };
+    if args.json {
+        let mut proofs = JsonProofs {
+            scenario: args.scenario.0,
+        };
+        roce_demo::run(&options, &mut proofs).map_err(failure)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let pause = args.step && std::io::stdin().is_terminal();
     if args.step && !pause {
         tell!(
-            "roce: --step waits for Enter on a terminal, and standard input is none: not pausing"
+            "roce: --step waits for Enter on a terminal, and standard input is not a terminal: \
+             not pausing"
         );
     }
     let mut terminal = Terminal::new(args.quiet, pause);
     roce_demo::run(&options, &mut terminal).map_err(failure)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The proof lines as JSON lines, for scripts and CI: one object a proof, as it is told.
+struct JsonProofs {
+    scenario: Scenario,
+}
+
+impl Observer for JsonProofs {
+    fn beat(&mut self, beat: &Beat) {
+        if let Beat::Proof { held, text } = beat {
+            let line = serde_json::json!({
+                "scenario": self.scenario.name(),
+                "held": held,
+                "proof": text,
+            });
+            // Like the narration: a reader that went away must not stop the demo half way,
+            // with its target frozen.
+            say!("{line}");
+        }
+    }
 }
 
 pub fn run_target(args: TargetArgs) -> Result<ExitCode, Failure> {

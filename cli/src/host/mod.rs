@@ -1,8 +1,10 @@
 //! `roce host`: a host program at a shell, attached to a running `roce nic`. `serve` keeps a
 //! registered region and a QP for peers to use; `post` connects a QP to it and posts one work
-//! request; `info` describes the NIC. QPs die with the process that made them, so the target
-//! side stays running.
+//! request; `connect` connects one and posts many; `info` describes the NIC. QPs die with the
+//! process that made them, so the target side stays running.
 
+mod client;
+mod connect;
 mod endpoint;
 mod info;
 mod post;
@@ -22,10 +24,17 @@ pub use endpoint::Endpoint;
 pub enum Command {
     /// Register a region and keep a QP for peers: print LID:QPN:PSN:GID and the rkey, connect
     /// to each peer line read from standard input, print completions until Ctrl-C.
+    #[command(after_long_help = serve::EXAMPLES)]
     Serve(serve::Args),
     /// Connect a QP to a serving peer and post one RDMA WRITE, READ, SEND or atomic.
+    #[command(after_long_help = post::EXAMPLES)]
     Post(post::Args),
-    /// Describe a running NIC: MAC, GIDs, MTU and limits.
+    /// Connect a QP to a serving peer and post the operations typed on standard input, one a
+    /// line: they go on while the server is stopped.
+    #[command(after_long_help = connect::EXAMPLES)]
+    Connect(connect::Args),
+    /// Describe a running NIC: MAC, GIDs, MTU and limits, and with --counters its counters.
+    #[command(after_long_help = info::EXAMPLES)]
     Info(info::Args),
 }
 
@@ -33,6 +42,7 @@ pub fn run(cmd: Command) -> Result<ExitCode, Failure> {
     match cmd {
         Command::Serve(args) => serve::run(args),
         Command::Post(args) => post::run(args),
+        Command::Connect(args) => connect::run(args),
         Command::Info(args) => info::run(args),
     }
 }
@@ -56,16 +66,19 @@ fn path_mtu(ctx: &Context, wanted: Option<u32>) -> Result<Mtu, Failure> {
     let max = ctx.device().max_mtu;
     match wanted {
         None => Ok(max),
-        Some(bytes) => match Mtu::from_bytes(bytes) {
-            Some(m) if m <= max => Ok(m),
-            Some(_) => Err(Failure::usage(format!(
+        Some(bytes) => match crate::attach::path_mtu(bytes)? {
+            m if m <= max => Ok(m),
+            _ => Err(Failure::usage(format!(
                 "--mtu {bytes} is above the NIC's largest path MTU {max}"
-            ))),
-            None => Err(Failure::usage(format!(
-                "--mtu {bytes} is not a path MTU: use 256, 512, 1024, 2048 or 4096"
             ))),
         },
     }
+}
+
+/// An rkey: decimal or 0x-hex, 32 bits.
+fn parse_rkey(text: &str) -> Result<u32, Failure> {
+    let rkey = crate::mem::parse_offset("rkey", text)?;
+    u32::try_from(rkey).map_err(|_| Failure::usage(format!("rkey {rkey:#x} is wider than 32 bits")))
 }
 
 /// Brings `qp` from any state to RTS, connected to `peer`, sending from PSN `psn`.

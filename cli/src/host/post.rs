@@ -1,30 +1,31 @@
-//! `roce host post`: the initiator side. It creates a QP, prints its `LID:QPN:PSN:GID` for the
-//! server, waits for Enter (the server must have connected to it before anything is sent),
-//! connects to the server's QP and posts one work request; then prints the completion, and
-//! for a READ or an atomic what came back.
+//! `roce host post`: the initiator side, one work request. It creates a QP, prints its
+//! `LID:QPN:PSN:GID` for the server, waits for Enter (the server must have connected to it
+//! before anything is sent), connects to the server's QP and posts one work request; then
+//! prints the completion, and for a READ or an atomic what came back.
 
-use std::io::{self, BufRead, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::time::Duration;
 
-use roce_hostmem::{Access, Region};
-use roce_nic::verbs::{QpCap, QpType, SendFlags, SendOp, SendWr, Wc, WcStatus};
+use roce_nic::verbs::WcStatus;
 
-use super::{completion_line, connect_qp, path_mtu, quoted, random_psn, verbs_failure, Endpoint};
-use crate::mem::hexdump::{Hexdump, LINE};
+use super::client::{ClientError, ConnArgs, Op};
 use crate::mem::parse_offset;
 use crate::Failure;
 
+pub const EXAMPLES: &str = "\
+Examples:
+  roce host post --nic nic0 --peer LINE --rkey 0x100 --va 0 --write --data \"hello from nic0\"
+  roce host post --nic nic0 --peer LINE --rkey 0x100 --va 0 --read 15
+  roce host post --nic nic0 --peer LINE --rkey 0x100 --va 0x1000 --fetch-add 1
+  roce host post --nic nic0 --peer LINE --send --file message.txt
+LINE is the `local` line roce host serve printed. This command prints its own `local` line:
+give it to the server, then press Enter. For many operations over one connection (and a
+server that is stopped meanwhile) use roce host connect.";
+
 #[derive(clap::Args)]
 pub struct Args {
-    /// The NIC's name (as given to `roce nic --name`).
-    #[arg(long)]
-    nic: String,
-    /// The server's LID:QPN:PSN:GID, as `roce host serve` printed it.
-    #[arg(long, value_name = "LID:QPN:PSN:GID")]
-    peer: String,
+    #[command(flatten)]
+    conn: ConnArgs,
     /// RDMA WRITE the data (--data, --hex or --file) to --va.
     #[arg(long)]
     write: bool,
@@ -55,77 +56,49 @@ pub struct Args {
     /// The remote virtual address (decimal or 0x-hex).
     #[arg(long)]
     va: Option<String>,
-    /// Index of the GID to send from (1 is the NIC's IPv4 address).
-    #[arg(long, default_value_t = 1)]
-    gid_index: u8,
-    /// Path MTU (default: the largest the NIC carries).
-    #[arg(long)]
-    mtu: Option<u32>,
-    /// Seconds to wait for the completion.
-    #[arg(long, default_value_t = 10)]
-    timeout: u64,
 }
 
-/// The one operation asked for, with its operands but not yet its remote address.
-#[derive(Debug, PartialEq, Eq)]
-enum Op {
-    Write(Vec<u8>),
-    Send(Vec<u8>),
-    Read(usize),
-    FetchAdd(u64),
-    CmpSwap(u64, u64),
-}
-
-impl Op {
-    fn from_args(args: &Args) -> Result<Op, Failure> {
-        let given = [
-            args.write,
-            args.send,
-            args.read.is_some(),
-            args.fetch_add.is_some(),
-            args.cmp_swap.is_some(),
-        ];
-        if given.iter().filter(|g| **g).count() != 1 {
-            return Err(Failure::usage(
-                "give one operation: --write, --send, --read LEN, --fetch-add N or --cmp-swap C,S",
-            ));
-        }
-        let number = |what, text: &str| parse_offset(what, text);
-        Ok(if args.write {
-            Op::Write(data(args)?)
-        } else if args.send {
-            Op::Send(data(args)?)
-        } else if let Some(len) = &args.read {
-            Op::Read(number("LEN", len)? as usize)
-        } else if let Some(n) = &args.fetch_add {
-            Op::FetchAdd(number("N", n)?)
-        } else {
-            let text = args.cmp_swap.as_deref().unwrap_or_default();
-            let (c, s) = text
-                .split_once(',')
-                .ok_or_else(|| Failure::usage(format!("--cmp-swap {text:?} is not C,S")))?;
-            Op::CmpSwap(number("C", c)?, number("S", s)?)
-        })
+/// The one operation asked for, with its operands.
+fn op_from_args(args: &Args) -> Result<Op, Failure> {
+    let given = [
+        args.write,
+        args.send,
+        args.read.is_some(),
+        args.fetch_add.is_some(),
+        args.cmp_swap.is_some(),
+    ];
+    if given.iter().filter(|g| **g).count() != 1 {
+        return Err(Failure::usage(
+            "give one operation: --write, --send, --read LEN, --fetch-add N or --cmp-swap C,S",
+        ));
     }
-
-    /// Bytes of local memory the operation needs.
-    fn local_len(&self) -> usize {
-        match self {
-            Op::Write(d) | Op::Send(d) => d.len(),
-            Op::Read(n) => *n,
-            Op::FetchAdd(_) | Op::CmpSwap(..) => 8,
-        }
+    let has_data = args.data.is_some() || args.hex.is_some() || args.file.is_some();
+    if has_data && !(args.write || args.send) {
+        return Err(Failure::usage(
+            "--data, --hex and --file give what --write or --send sends: the other operations take none",
+        ));
     }
-
-    fn name(&self) -> &'static str {
-        match self {
-            Op::Write(_) => "RDMA WRITE",
-            Op::Send(_) => "SEND",
-            Op::Read(_) => "RDMA READ",
-            Op::FetchAdd(_) => "fetch-and-add",
-            Op::CmpSwap(..) => "compare-and-swap",
-        }
+    if args.send && (args.rkey.is_some() || args.va.is_some()) {
+        return Err(Failure::usage(
+            "a SEND names no remote memory: --rkey and --va do not go with --send",
+        ));
     }
+    let number = |what, text: &str| parse_offset(what, text);
+    Ok(if args.write {
+        Op::Write(data(args)?)
+    } else if args.send {
+        Op::Send(data(args)?)
+    } else if let Some(len) = &args.read {
+        Op::Read(number("LEN", len)? as usize)
+    } else if let Some(n) = &args.fetch_add {
+        Op::FetchAdd(number("N", n)?)
+    } else {
+        let text = args.cmp_swap.as_deref().unwrap_or_default();
+        let (c, s) = text
+            .split_once(',')
+            .ok_or_else(|| Failure::usage(format!("--cmp-swap {text:?} is not C,S")))?;
+        Op::CmpSwap(number("C", c)?, number("S", s)?)
+    })
 }
 
 /// The data of a WRITE or SEND, from exactly one of --data, --hex and --file.
@@ -141,7 +114,7 @@ fn data(args: &Args) -> Result<Vec<u8>, Failure> {
     }
 }
 
-fn parse_hex(text: &str) -> Result<Vec<u8>, Failure> {
+pub(super) fn parse_hex(text: &str) -> Result<Vec<u8>, Failure> {
     let digits: Vec<u8> = text.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
     let bad = || {
         Failure::usage(format!(
@@ -167,134 +140,39 @@ fn remote(args: &Args) -> Result<(u64, u32), Failure> {
     let (Some(va), Some(rkey)) = (&args.va, &args.rkey) else {
         return Err(Failure::usage("this operation needs --rkey and --va"));
     };
-    let rkey = parse_offset("rkey", rkey)?;
-    let rkey = u32::try_from(rkey)
-        .map_err(|_| Failure::usage(format!("rkey {rkey:#x} is wider than 32 bits")))?;
-    Ok((parse_offset("va", va)?, rkey))
+    Ok((parse_offset("va", va)?, super::parse_rkey(rkey)?))
 }
 
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
-    let op = Op::from_args(&args)?;
-    let remote = match op {
+    let op = op_from_args(&args)?;
+    let (va, rkey) = match op {
         Op::Send(_) => (0, 0),
         _ => remote(&args)?,
     };
-    let peer: Endpoint = args.peer.parse().map_err(Failure::usage)?;
-    let ctx = super::open(&args.nic)?;
-    let mtu = path_mtu(&ctx, args.mtu)?;
-    let gid = ctx.gid(args.gid_index).ok_or_else(|| {
-        Failure::usage(format!(
-            "the NIC {} has no GID {}",
-            args.nic, args.gid_index
-        ))
-    })?;
-    // Host memory must be named to be registered with a NIC process. Once the NIC has mapped
-    // it the name is removed, so nothing is left in /dev/shm however the command ends.
-    let name = format!("{}-post-{}", args.nic, std::process::id());
-    let region = Arc::new(
-        Region::create(&name, op.local_len().max(8)).map_err(|e| Failure::new(e.to_string()))?,
-    );
-    if let Op::Write(d) | Op::Send(d) = &op {
-        region
-            .write(0, d)
-            .map_err(|e| Failure::new(e.to_string()))?;
+    let peer = args.conn.peer()?;
+    let (_ctx, mut client, me) = args.conn.open(op.local_len())?;
+    client.introduce(&me);
+    client.connect(&peer)?;
+    match client.run(&op, va, rkey, args.conn.timeout()) {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(ClientError::Refused(f) | ClientError::Broken(f)) => Err(f),
+        Err(ClientError::Failed { op, status }) => Err(Failure::new(format!(
+            "the {op} failed: {status}{}",
+            hint(status)
+        ))),
     }
-    let pd = ctx.alloc_pd().map_err(verbs_failure)?;
-    let cq = ctx.create_cq(4).map_err(verbs_failure)?;
-    let qp = pd
-        .create_qp(QpType::Rc, &cq, &cq, QpCap::default())
-        .map_err(verbs_failure)?;
-    let mr = pd
-        .register(&region, 0, region.len(), Access::LOCAL_WRITE)
-        .map_err(verbs_failure)?;
-    let _ = Region::remove(&name);
-    let psn = random_psn();
-    say!(
-        "local {}",
-        Endpoint {
-            lid: 0,
-            qpn: qp.qp_num(),
-            psn,
-            gid
-        }
-    );
-    tell!("give the line above to the server, then press Enter");
-    let mut line = String::new();
-    let _ = io::stdin().lock().read_line(&mut line);
-    connect_qp(&qp, &peer, psn, mtu, args.gid_index).map_err(verbs_failure)?;
+}
 
-    let (va, rkey) = remote;
-    let send_op = match &op {
-        Op::Write(_) => SendOp::RdmaWrite {
-            remote_addr: va,
-            rkey,
-        },
-        Op::Send(_) => SendOp::Send,
-        Op::Read(_) => SendOp::RdmaRead {
-            remote_addr: va,
-            rkey,
-        },
-        Op::FetchAdd(add) => SendOp::AtomicFetchAndAdd {
-            remote_addr: va,
-            rkey,
-            add: *add,
-        },
-        Op::CmpSwap(compare, swap) => SendOp::AtomicCmpAndSwp {
-            remote_addr: va,
-            rkey,
-            compare: *compare,
-            swap: *swap,
-        },
-    };
-    let len = op.local_len();
-    let sge = mr.sge(0, len as u32);
-    qp.post_send(&[SendWr {
-        wr_id: 1,
-        op: send_op,
-        sg_list: &[sge],
-        flags: SendFlags::SIGNALED,
-        ud: None,
-    }])
-    .map_err(verbs_failure)?;
-    let mut wc = [Wc::default()];
-    let n = cq
-        .try_wait(&mut wc, Some(Duration::from_secs(args.timeout)))
-        .map_err(verbs_failure)?;
-    if n == 0 {
-        return Err(Failure::new(format!(
-            "the {} did not complete within {} s",
-            op.name(),
-            args.timeout
-        )));
-    }
-    say!("{}", completion_line(&wc[0], len as u64));
-    if wc[0].status != WcStatus::Success {
-        return Err(Failure::new(format!(
-            "the {} failed: {}",
-            op.name(),
-            wc[0].status
-        )));
-    }
-    let mut back = vec![0; len];
-    region
-        .read(0, &mut back)
-        .map_err(|e| Failure::new(e.to_string()))?;
-    match op {
-        Op::Read(_) => {
-            let mut out = io::stdout().lock();
-            let mut hexdump = Hexdump::default();
-            for (i, line) in back.chunks(LINE).enumerate() {
-                let _ = hexdump.line(&mut out, va + (i * LINE) as u64, line);
-            }
-            let _ = writeln!(out, "{}", quoted(&back));
+/// Why a post most often fails, where the status alone does not say.
+fn hint(status: WcStatus) -> &'static str {
+    match status {
+        WcStatus::RetryExcErr => {
+            " (nothing answered: the server must connect to this post's line before Enter, which \
+             a stopped server cannot do; to post while it is stopped, connect once with \
+             roce host connect)"
         }
-        Op::FetchAdd(_) | Op::CmpSwap(..) => {
-            let before = u64::from_ne_bytes(back[..8].try_into().unwrap_or_default());
-            say!("original value {before} ({before:#x})");
-        }
-        Op::Write(_) | Op::Send(_) => {}
+        _ => "",
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 #[cfg(test)]
@@ -311,7 +189,7 @@ mod tests {
     fn op(extra: &[&str]) -> Result<Op, String> {
         let base = ["post", "--nic", "n", "--peer", "p"];
         let cli = Cli::try_parse_from(base.iter().chain(extra)).map_err(|e| e.to_string())?;
-        Op::from_args(&cli.args).map_err(|e| e.to_string())
+        op_from_args(&cli.args).map_err(|e| e.to_string())
     }
 
     #[test]
@@ -351,6 +229,20 @@ mod tests {
         assert_eq!(
             op(&["--cmp-swap", "5"]),
             Err("--cmp-swap \"5\" is not C,S".into())
+        );
+    }
+
+    #[test]
+    fn operands_that_mean_nothing_for_the_operation_are_refused() {
+        let no_data = "--data, --hex and --file give what --write or --send sends: the other operations take none";
+        assert_eq!(op(&["--read", "4", "--data", "x"]), Err(no_data.into()));
+        assert_eq!(
+            op(&["--fetch-add", "1", "--hex", "00"]),
+            Err(no_data.into())
+        );
+        assert_eq!(
+            op(&["--send", "--data", "x", "--rkey", "1"]),
+            Err("a SEND names no remote memory: --rkey and --va do not go with --send".into())
         );
     }
 }

@@ -4,7 +4,7 @@
 //! land at the start of the region, and their completions are printed.
 //!
 //! Standard input takes one command a line: a peer's `LID:QPN:PSN:GID` (re-connects the QP to
-//! it), or `show OFFSET LEN` (prints the region's bytes as `hexdump -C` does).
+//! it), `show OFFSET LEN` (prints the region's bytes as `hexdump -C` does), or `help`.
 
 use std::io::{self, BufRead, Write};
 use std::process::ExitCode;
@@ -36,6 +36,21 @@ const TICK: Duration = Duration::from_millis(100);
 /// Bytes of a received SEND shown in its completion line.
 const SHOWN: usize = 64;
 
+pub const EXAMPLES: &str = "\
+Examples:
+  roce host serve --nic nic1 --region buf --size 1M
+then paste each peer's `local` line (from roce host post or roce host connect), or type
+  show 0 64           the region's first 64 bytes, as hexdump -C shows them
+  help                the commands
+The region stays readable from outside: roce mem dump buf.";
+
+const HELP: &str = "\
+commands, one a line:
+  LID:QPN:PSN:GID     connect the QP to this peer (the `local` line of roce host post or connect)
+  show OFFSET LEN     print LEN bytes of the region from OFFSET, as hexdump -C does
+  help                this list
+Ctrl-C ends the server.";
+
 #[derive(clap::Args)]
 pub struct Args {
     /// The NIC's name (as given to `roce nic --name`).
@@ -53,13 +68,13 @@ pub struct Args {
     /// Index of the GID to send from (1 is the NIC's IPv4 address).
     #[arg(long, default_value_t = 1)]
     gid_index: u8,
-    /// Path MTU (default: the largest the NIC carries).
-    #[arg(long)]
+    /// Path MTU: 256, 512, 1024, 2048 or 4096 (default: the largest the NIC carries).
+    #[arg(short, long)]
     mtu: Option<u32>,
 }
 
 /// The region: attached if it exists, otherwise created (and removed again at exit).
-fn region(name: &str, size: Option<&str>) -> Result<Region, Failure> {
+fn region(name: &str, size: Option<usize>) -> Result<Region, Failure> {
     match Region::attach(name) {
         Ok(region) => Ok(region),
         Err(roce_hostmem::RegionError::NotFound { .. }) => {
@@ -68,7 +83,6 @@ fn region(name: &str, size: Option<&str>) -> Result<Region, Failure> {
                     "region {name} does not exist: give --size to create it"
                 )));
             };
-            let size = parse_size(size).map_err(|e| Failure::usage(e.to_string()))?;
             Region::create(name, size).map_err(|e| Failure::new(e.to_string()))
         }
         Err(e) => Err(Failure::usage(e.to_string())),
@@ -121,6 +135,18 @@ impl Target {
 
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
     let shutdown = Shutdown::block();
+    // Every argument is checked before anything is made.
+    let first_peer: Option<Endpoint> = args
+        .peer
+        .as_deref()
+        .map(str::parse)
+        .transpose()
+        .map_err(Failure::usage)?;
+    let size = args
+        .size
+        .as_deref()
+        .map(|text| parse_size(text).map_err(|e| Failure::usage(format!("--size {text}: {e}"))))
+        .transpose()?;
     let ctx = super::open(&args.nic)?;
     let mtu = path_mtu(&ctx, args.mtu)?;
     let gid = ctx.gid(args.gid_index).ok_or_else(|| {
@@ -129,7 +155,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             args.nic, args.gid_index
         ))
     })?;
-    let region = Arc::new(region(&args.region, args.size.as_deref())?);
+    let region = Arc::new(region(&args.region, size)?);
     let pd = ctx.alloc_pd().map_err(verbs_failure)?;
     let cq = ctx.create_cq(256).map_err(verbs_failure)?;
     let cap = QpCap {
@@ -164,20 +190,36 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         target.mr.len
     );
     let peers = stdin_lines();
-    if let Some(peer) = &args.peer {
-        connect(&target, peer, mtu, args.gid_index)?;
+    let mut state = State {
+        mtu,
+        gid_index: args.gid_index,
+        in_error: false,
+    };
+    if let Some(peer) = &first_peer {
+        connect(&target, peer, &mut state)?;
     } else {
-        tell!("waiting for the peer's LID:QPN:PSN:GID on standard input");
+        tell!(
+            "waiting for the peer's LID:QPN:PSN:GID on standard input (this is process {}; \
+             help lists the commands)",
+            std::process::id()
+        );
     }
-    serve(&target, &peers, &shutdown, mtu, args.gid_index)?;
+    serve(&target, &peers, &shutdown, &mut state)?;
     Ok(ExitCode::SUCCESS)
 }
 
-/// Connects to the peer on `line` and posts fresh receives (a reconnect flushes the old ones).
-fn connect(target: &Target, line: &str, mtu: Mtu, gid_index: u8) -> Result<(), Failure> {
-    let peer: Endpoint = line.parse().map_err(Failure::usage)?;
-    connect_qp(&target.qp, &peer, target.psn, mtu, gid_index).map_err(verbs_failure)?;
+/// How the QP connects, and whether it has gone into the error state since it last did.
+struct State {
+    mtu: Mtu,
+    gid_index: u8,
+    in_error: bool,
+}
+
+/// Connects to `peer` and posts fresh receives (a reconnect flushes the old ones).
+fn connect(target: &Target, peer: &Endpoint, state: &mut State) -> Result<(), Failure> {
+    connect_qp(&target.qp, peer, target.psn, state.mtu, state.gid_index).map_err(verbs_failure)?;
     target.post_receives(RECEIVES)?;
+    state.in_error = false;
     say!("connected to {peer}");
     Ok(())
 }
@@ -200,15 +242,14 @@ fn serve(
     target: &Target,
     lines: &Receiver<String>,
     shutdown: &Shutdown,
-    mtu: Mtu,
-    gid_index: u8,
+    state: &mut State,
 ) -> Result<(), Failure> {
     let mut wcs = [Wc::default(); 16];
     let mut stdin_open = true;
     while shutdown.within(Duration::ZERO).is_none() {
         while stdin_open {
             match lines.try_recv() {
-                Ok(line) => command(target, line.trim(), mtu, gid_index),
+                Ok(line) => command(target, line.trim(), state),
                 Err(TryRecvError::Empty) => break,
                 Err(TryRecvError::Disconnected) => stdin_open = false,
             }
@@ -218,27 +259,49 @@ fn serve(
             .try_wait(&mut wcs, Some(TICK))
             .map_err(verbs_failure)?;
         for wc in &wcs[..n] {
-            completed(target, wc)?;
+            completed(target, wc, state)?;
         }
     }
     Ok(())
 }
 
 /// One line of standard input. A bad line is reported and the service goes on.
-fn command(target: &Target, line: &str, mtu: Mtu, gid_index: u8) {
+fn command(target: &Target, line: &str, state: &mut State) {
     let result = match line.split_whitespace().collect::<Vec<_>>()[..] {
         [] => Ok(()),
+        ["help"] => {
+            say!("{HELP}");
+            Ok(())
+        }
         ["show", offset, len] => parse_offset("OFFSET", offset)
             .and_then(|o| Ok((o, parse_offset("LEN", len)?)))
             .and_then(|(o, l)| target.show(o, l)),
-        _ => connect(target, line, mtu, gid_index),
+        ["show", ..] => Err(Failure::usage("write it as `show OFFSET LEN`")),
+        _ => match line.parse::<Endpoint>() {
+            Ok(peer) => connect(target, &peer, state),
+            Err(e) => Err(Failure::usage(format!(
+                "{e}; or a command: help lists them"
+            ))),
+        },
     };
     if let Err(e) = result {
         tell!("roce: {e}");
     }
 }
 
-fn completed(target: &Target, wc: &Wc) -> Result<(), Failure> {
+fn completed(target: &Target, wc: &Wc, state: &mut State) -> Result<(), Failure> {
+    // A QP in the error state hands back every posted receive as flushed: one line says so,
+    // not one line each.
+    if wc.status == WcStatus::WrFlushErr {
+        if !state.in_error {
+            state.in_error = true;
+            say!(
+                "the QP went into the error state (a peer's request was refused) and flushed its \
+                 posted receives; give a peer's line to connect again"
+            );
+        }
+        return Ok(());
+    }
     let mut line = completion_line(wc, u64::from(wc.byte_len));
     if wc.status == WcStatus::Success && wc.opcode == WcOpcode::Recv {
         let mut head = vec![0; (wc.byte_len as usize).min(SHOWN)];

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use roce_hostmem::Region;
 
 use super::hexdump::{write_line, LINE};
+use crate::output::count;
 
 const PERIOD: Duration = Duration::from_millis(100);
 /// Changed bytes closer together than this are one change, so one write shows as one change.
@@ -34,17 +35,20 @@ extern "C" fn on_interrupt(_signal: libc::c_int) {
 }
 
 pub fn watch(region: &Region, name: &str, until: Until, out: &mut impl Write) -> io::Result<()> {
-    // Ctrl-C ends the watch like --count does, so the closing CPU summary is still printed.
-    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    // Ctrl-C, SIGTERM (kill, timeout(1), a service manager) and SIGHUP (the terminal closed)
+    // end the watch like --count does, so the closing CPU summary is still printed.
     let handler = on_interrupt as extern "C" fn(libc::c_int) as *const ();
-    unsafe { libc::signal(libc::SIGINT, handler as libc::sighandler_t) };
+    for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+        unsafe { libc::signal(signal, handler as libc::sighandler_t) };
+    }
     let mut old = vec![0; region.len()];
     let mut new = vec![0; region.len()];
     read_all(region, &mut old)?;
     writeln!(
         out,
-        "watching region {name} ({} bytes), 10 looks a second; Ctrl-C ends",
-        region.len()
+        "watching region {name} ({}), 10 looks a second; Ctrl-C ends",
+        count(region.len() as u64, "byte")
     )?;
     let start = Instant::now();
     // A duration too long to add to the clock is as good as none.
@@ -68,7 +72,8 @@ pub fn watch(region: &Region, name: &str, until: Until, out: &mut impl Write) ->
     }
     writeln!(
         out,
-        "saw {changes} changes in {:.1} s; {}",
+        "saw {} in {:.1} s; {}",
+        count(changes, "change"),
         start.elapsed().as_secs_f64(),
         CpuUse::now()
     )
@@ -110,9 +115,9 @@ fn show_change(
 ) -> io::Result<()> {
     writeln!(
         out,
-        "+{:.1}s  {} bytes changed at {:#x}: {} → {}",
+        "+{:.1}s  {} changed at {:#x}: {} → {}",
         elapsed.as_secs_f64(),
-        range.len(),
+        count(range.len() as u64, "byte"),
         range.start,
         hex(&old[range.clone()]),
         hex(&new[range.clone()]),
@@ -224,6 +229,20 @@ mod tests {
             "{text}"
         );
         assert!(lines[2].contains("watcher CPU: user"), "{text}");
+    }
+
+    #[test]
+    fn one_byte_is_a_byte() {
+        let old = vec![0u8; 16];
+        let mut new = old.clone();
+        new[3] = 1;
+        let mut out = Vec::new();
+        show_change(&mut out, Duration::ZERO, &old, &new, 3..4).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.starts_with("+0.0s  1 byte changed at 0x3: 00 → 01\n"),
+            "{text}"
+        );
     }
 
     #[test]

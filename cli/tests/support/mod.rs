@@ -58,6 +58,27 @@ impl Env {
         }
     }
 
+    /// The subcommands `roce PATH --help` lists (without `help`).
+    pub fn subcommands(&self, path: &[&str]) -> Vec<String> {
+        let mut args = path.to_vec();
+        args.push("--help");
+        self.run(&args)
+            .stdout
+            .lines()
+            .skip_while(|l| !l.starts_with("Commands:"))
+            .skip(1)
+            .take_while(|l| l.starts_with("  "))
+            .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+            .filter(|c| c != "help")
+            .collect()
+    }
+
+    /// Starts `roce ARGS` (owned words) as a [`Proc`].
+    pub fn spawn(&self, args: &[String], piped_stdin: bool) -> Proc {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Proc::spawn(self.roce(&args), piped_stdin)
+    }
+
     /// Starts a NIC and waits for its ready line.
     pub fn nic(&self, nic: &Nic) -> Proc {
         let mut args = vec![
@@ -68,7 +89,7 @@ impl Env {
             nic.ip.clone(),
             "--link".into(),
             nic.link.clone(),
-            "--mtu".into(),
+            "--link-mtu".into(),
             nic.mtu.to_string(),
         ];
         for n in &nic.neighbours {
@@ -257,6 +278,18 @@ impl Proc {
                 ),
             }
         }
+    }
+
+    /// The next stdout line within `timeout`, if one came (it is kept in [`Proc::seen`]).
+    pub fn try_line(&mut self, timeout: Duration) -> Option<String> {
+        let line = self.lines.recv_timeout(timeout).ok()?;
+        self.seen.push(line.clone());
+        Some(line)
+    }
+
+    /// The stdout lines read so far by [`Proc::expect`] and [`Proc::try_line`].
+    pub fn seen(&self) -> &[String] {
+        &self.seen
     }
 
     /// The lines printed from now until the process exits.

@@ -118,7 +118,7 @@ pub fn render(frames: &[Seen], total: u32) -> Markup {
                     }
                     line.arrow x1=(x1) y1=(y) x2=(end) y2=(y2) {}
                     @if frame.dropped {
-                        text.cross x=(end) y=(y2 + 6) text-anchor="middle" { "✗" }
+                        text.cross x=(end) y=(y2 + 6) text-anchor="middle" { "↯" }
                     } @else {
                         @let back = if x2 > x1 { x2 - 9 } else { x2 + 9 };
                         polygon.head points=(format!("{x2},{} {back},{} {back},{}", y + SLANT, y + SLANT - 5, y + SLANT + 5)) {}

@@ -39,7 +39,7 @@ svg text { font-family: ui-monospace, monospace; font-size: 12px; fill: #1d1d1f;
 .packet:hover .arrow { stroke-width: 5; }
 .packet:hover .label { font-weight: bold; }
 .packet.lost .arrow { stroke-dasharray: 6 4; }
-.cross { fill: #cf222e; font-size: 20px; font-weight: bold; }
+.cross { fill: #9a6700; font-size: 20px; font-weight: bold; }
 .op-write .arrow, .op-write .head, .frame-tick.op-write { stroke: #1f6feb; fill: #1f6feb; }
 .op-read .arrow, .op-read .head, .frame-tick.op-read { stroke: #1a7f37; fill: #1a7f37; }
 .op-send .arrow, .op-send .head, .frame-tick.op-send { stroke: #bf8700; fill: #bf8700; }
@@ -94,6 +94,14 @@ impl Page<'_> {
         (r.posted_at.saturating_sub(pad), end + pad)
     }
 
+    /// The scenario's summary as this run played it (a thread is idle, not frozen).
+    fn summary(&self) -> String {
+        match self.layout {
+            Layout::Processes { .. } => self.scenario.summary(),
+            Layout::Threads { .. } => self.scenario.summary_with("idle"),
+        }
+    }
+
     fn setup(&self) -> String {
         match self.layout {
             Layout::Processes { nics, target } => format!(
@@ -143,7 +151,7 @@ impl Page<'_> {
                 }
                 body {
                     h1 { "roce demo --scenario " (self.scenario) }
-                    p.summary { (self.scenario.summary()) ". " (self.setup()) }
+                    p.summary { (self.summary()) ". " (self.setup()) }
                     h2 { "Proof" }
                     ul.proofs #proofs {
                         @for (held, text) in &proofs {

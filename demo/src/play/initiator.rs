@@ -38,15 +38,12 @@ impl Initiator {
         let len = plan.local_len();
         let buffer = if named {
             let name = format!("demo{}i-mem", std::process::id());
-            Region::create(&name, len)
+            crate::shm::region(&name, len.next_multiple_of(4096))?
         } else {
             Region::anonymous(len)
-        }
-        .map_err(|e| DemoError::because("cannot create the initiator's buffer", e))?;
+                .map_err(|e| DemoError::because("cannot create the initiator's buffer", e))?
+        };
         let buffer = Arc::new(buffer);
-        if !matches!(plan.scenario, Scenario::Read | Scenario::Atomic) {
-            plan.payload.fill(&buffer, 0)?;
-        }
         let pd = ctx
             .alloc_pd()
             .map_err(verbs("cannot allocate a protection domain"))?;
@@ -61,8 +58,13 @@ impl Initiator {
             .register_at(&buffer, 0, buffer.len(), Access::LOCAL_WRITE, va)
             .map_err(verbs("cannot register the initiator's buffer"))?;
         if let Some(name) = buffer.name() {
-            // The NIC has mapped it: a killed run leaves nothing in /dev/shm.
+            // The NIC has mapped it: a killed run leaves nothing in /dev/shm. Filled only now,
+            // as a gigabyte (`--size 1G`) takes a while to write, and a demo killed meanwhile
+            // must not leave it behind.
             let _ = Region::remove(name);
+        }
+        if !matches!(plan.scenario, Scenario::Read | Scenario::Atomic) {
+            plan.payload.fill(&buffer, 0)?;
         }
         let gid = ctx
             .gid(GID_INDEX)

@@ -70,17 +70,6 @@ impl Target {
         let mr = pd
             .register_at(&region, 0, region.len(), plan.access, va)
             .map_err(verbs("cannot register the target's memory"))?;
-        let offset = plan.offset as usize;
-        match plan.scenario {
-            Scenario::Read => plan.payload.fill(&region, offset)?,
-            Scenario::Atomic => region
-                .write(
-                    plan::COUNTER_OFFSET as usize,
-                    &plan::COUNTER_START.to_ne_bytes(),
-                )
-                .map_err(|e| DemoError::because("cannot set the counter", e))?,
-            _ => {}
-        }
         Ok(Target {
             cq,
             qp,
@@ -89,6 +78,25 @@ impl Target {
             plan: plan.clone(),
             psn: random_psn(),
         })
+    }
+
+    /// Puts in memory what the scenario needs there: the bytes to READ, the counter. Done
+    /// after `Ready`, once the demo has mapped the region and removed its name: writing a
+    /// gigabyte takes a while, and a demo killed meanwhile must leave nothing in /dev/shm.
+    /// The demo's next command is read only after this.
+    fn prepare(&self) -> Result<(), DemoError> {
+        let plan = &self.plan;
+        match plan.scenario {
+            Scenario::Read => plan.payload.fill(&self.region, plan.offset as usize),
+            Scenario::Atomic => self
+                .region
+                .write(
+                    plan::COUNTER_OFFSET as usize,
+                    &plan::COUNTER_START.to_ne_bytes(),
+                )
+                .map_err(|e| DemoError::because("cannot set the counter", e)),
+            _ => Ok(()),
+        }
     }
 
     fn shared(&self, ctx: &Context) -> Result<Shared, DemoError> {
@@ -241,6 +249,7 @@ fn serve(
     let result = (|| -> Result<(), DemoError> {
         let target = Target::set_up(ctx, region, plan)?;
         say(&FromTarget::Ready(target.shared(ctx)?));
+        target.prepare()?;
         let commands = input
             .lines()
             .map_while(Result::ok)
@@ -268,8 +277,7 @@ pub fn run_process(
 ) -> Result<(), DemoError> {
     let plan = Plan::new(scenario, size)?;
     let ctx = roce_nic::host::connect(nic).map_err(verbs("cannot open the target's NIC"))?;
-    let region = Region::create(region, plan.region_len)
-        .map_err(|e| DemoError::because("cannot create the target's memory", e))?;
+    let region = crate::shm::region(region, plan.region_len)?;
     serve(
         &ctx,
         Arc::new(region),

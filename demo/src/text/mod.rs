@@ -26,6 +26,10 @@ pub mod style {
     pub const BAD: Style = Style::new()
         .fg_color(Some(Color::Ansi(AnsiColor::Red)))
         .bold();
+    /// A frame the demo lost on purpose (`loss`): not red, which is for proofs that failed.
+    pub const LOST: Style = Style::new()
+        .fg_color(Some(Color::Ansi(AnsiColor::Yellow)))
+        .bold();
     pub const INITIATOR: Style = Style::new().fg_color(Some(Color::Ansi(AnsiColor::Blue)));
     pub const TARGET: Style = Style::new().fg_color(Some(Color::Ansi(AnsiColor::Magenta)));
     pub const CHANGED: Style = Style::new()
@@ -102,10 +106,15 @@ impl<W: Write> Text<W> {
                         format!("{op}{}{} PSN {}", b.opcode, op.render_reset(), b.psn)
                     })
                     .unwrap_or_else(|| "(not RoCE)".into());
+                // Not ✗, which marks a proof that failed: the loss is the scenario's own doing.
                 let lost = if frame.dropped {
-                    "  ✗ lost on the wire"
+                    format!(
+                        "  {}↯ lost on the wire{}",
+                        style::LOST,
+                        style::LOST.render_reset()
+                    )
                 } else {
-                    ""
+                    String::new()
                 };
                 writeln!(
                     out,

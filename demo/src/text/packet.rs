@@ -32,9 +32,9 @@ pub fn direction(seen: &Seen) -> String {
 pub fn write(out: &mut dyn Write, seen: &Seen, full: bool) -> io::Result<()> {
     let lost = if seen.dropped {
         format!(
-            "  {}✗ lost on the wire (dropped by the demo){}",
-            style::BAD,
-            style::BAD.render_reset()
+            "  {}↯ lost on the wire (dropped by the demo){}",
+            style::LOST,
+            style::LOST.render_reset()
         )
     } else {
         String::new()
@@ -300,6 +300,6 @@ mod tests {
         let text = String::from_utf8(out).unwrap();
         assert!(anstream::adapter::strip_str(&text)
             .to_string()
-            .contains("✗ lost on the wire (dropped by the demo)"));
+            .contains("↯ lost on the wire (dropped by the demo)"));
     }
 }

@@ -182,6 +182,11 @@ impl Wire {
         self.state().frames.get(mark..).unwrap_or_default().to_vec()
     }
 
+    /// Whether every frame goes to a pcap file (`--pcap`).
+    pub fn recording(&self) -> bool {
+        self.state().pcap.is_some()
+    }
+
     /// Every frame that crossed, listed or not.
     pub fn count(&self) -> u32 {
         self.state().count

@@ -102,11 +102,11 @@ fn touched(plan: &Plan) -> Range<u64> {
 
 /// What runs where, and what the scenario is about.
 fn introduce(rig: &Rig, plan: &Plan, story: &mut Story) {
-    story.say(format!(
-        "roce demo --scenario {}: {}",
-        plan.scenario,
-        plan.scenario.summary()
-    ));
+    let summary = match &rig.layout {
+        Layout::Processes { .. } => plan.scenario.summary(),
+        Layout::Threads { .. } => plan.scenario.summary_with("idle"),
+    };
+    story.say(format!("roce demo --scenario {}: {summary}", plan.scenario));
     match &rig.layout {
         Layout::Processes { nics, target } => {
             story.say(format!(

@@ -89,20 +89,23 @@ impl Act<'_, '_> {
             wc.status,
             wc.byte_len
         ));
-        let elapsed = self
-            .record
-            .completed_at
-            .saturating_sub(self.record.posted_at);
         if !self.plan.detailed() {
-            let bits = self.plan.payload.len() as f64 * 8.0;
-            self.story.say(format!(
-                "Moved {} bytes in {:.3} s: {:.2} Gbit/s.",
-                self.plan.payload.len(),
-                elapsed.as_secs_f64(),
-                bits / elapsed.as_secs_f64().max(1e-9) / 1e9
-            ));
+            self.throughput(self.record.posted_at, "");
         }
         self.counted()
+    }
+
+    /// The rate of a long transfer (`--size`), from `since` to the completion; `from` says
+    /// when `since` was, if not at the post.
+    pub(super) fn throughput(&mut self, since: Duration, from: &str) {
+        let elapsed = self.record.completed_at.saturating_sub(since);
+        let bits = self.plan.payload.len() as f64 * 8.0;
+        self.story.say(format!(
+            "Moved {} bytes in {:.3} s{from}: {:.2} Gbit/s.",
+            self.plan.payload.len(),
+            elapsed.as_secs_f64(),
+            bits / elapsed.as_secs_f64().max(1e-9) / 1e9
+        ));
     }
 
     /// The frames after the first wave and the NICs' decisions since the post, in time order.
@@ -146,8 +149,13 @@ impl Act<'_, '_> {
         for (told, (_, beat)) in beats.into_iter().enumerate() {
             if matches!(beat, Beat::Packet { .. } | Beat::PacketLine(_)) {
                 if frames_told == TIMELINE_FRAMES {
+                    let where_ = if self.rig.wire.recording() {
+                        "the pcap has every frame"
+                    } else {
+                        "--pcap FILE records every frame"
+                    };
                     self.story.say(format!(
-                        "… and {} more frames and decisions (the pcap has every frame).",
+                        "… and {} more frames and decisions ({where_}).",
                         total - told
                     ));
                     break;

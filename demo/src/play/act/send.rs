@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use super::{is_rnr_nak, quote_bytes, Act, RNR_NAKS, TARGET_WAIT_MS};
+use crate::events::since_epoch;
 use crate::rig::ANSWER;
 use crate::target_host::{FromTarget, ToTarget};
 use crate::{DemoError, Side};
@@ -50,9 +51,14 @@ impl Act<'_, '_> {
             .iter()
             .filter(|f| f.from == Side::Target && is_rnr_nak(f))
             .count();
+        let waiting = if self.rig.target.is_process() {
+            "was frozen"
+        } else {
+            "waited"
+        };
         self.story.proof(
             naks >= RNR_NAKS,
-            format!("RNR NAK seen {naks} times while the target was frozen with no receive posted"),
+            format!("RNR NAK seen {naks} times while the target {waiting} with no receive posted"),
         );
         self.cpu_unchanged()?;
         self.deliver()
@@ -62,6 +68,7 @@ impl Act<'_, '_> {
     fn deliver(&mut self) -> Result<(), DemoError> {
         self.story.step("The target wakes and posts a receive");
         let (wire_mark, event_mark) = (self.rig.wire.mark(), self.rig.events.mark());
+        let thawed_at = since_epoch();
         self.thaw()?;
         let FromTarget::ReceivePosted { addr, length } =
             self.rig.target.ask(&ToTarget::PostReceive)?
@@ -97,6 +104,9 @@ impl Act<'_, '_> {
                  {}.",
                 quote_bytes(&bytes, byte_len as usize)
             ));
+        }
+        if !self.plan.detailed() {
+            self.throughput(thawed_at, " from the target's wake-up to the completion");
         }
         self.counted()?;
         self.story
