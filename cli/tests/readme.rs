@@ -81,7 +81,7 @@ fn skipped(block: &Block) -> Option<&'static str> {
     if block.rust {
         return Some("a Rust fragment of the verbs API, not a command");
     }
-    let reasons: [(&str, &str); 9] = [
+    let reasons: [(&str, &str); 10] = [
         (
             "tests/interop/softroce-vm",
             "needs the QEMU guest (cli/tests/softroce.rs runs it)",
@@ -114,6 +114,10 @@ fn skipped(block: &Block) -> Option<&'static str> {
         (
             "cargo test -p roce-cli --test softroce",
             "needs the QEMU guest",
+        ),
+        (
+            "switch --rate",
+            "a topology file for roce fabric up, not a command (cli/tests/fabric.rs runs fabrics)",
         ),
     ];
     reasons

@@ -56,6 +56,10 @@ impl<L: Link> Link for Tap<L> {
         self.inner.service(now)
     }
 
+    fn flush_sends(&mut self) -> u64 {
+        self.inner.flush_sends()
+    }
+
     fn flush(&mut self) -> io::Result<()> {
         self.inner.flush()
     }
