@@ -298,7 +298,7 @@ fn writes_in(pcap: &Path) -> Vec<Write> {
         let psn: u32 = f[4].parse().unwrap();
         let next = next_psn.entry(key.clone()).or_insert(psn);
         if psn != *next {
-            // Sent again, or after a loss before the relay: its turn comes again.
+            // Sent again, or after a loss before the tap: its turn comes again.
             continue;
         }
         *next = (psn + 1) & 0xff_ffff;
@@ -352,7 +352,7 @@ fn ring(env: &Env, hosts: usize, size: usize, in_process: bool) {
             ),
         );
     }
-    proof(&out, "each link carried exactly its ");
+    proof(&out, "each host sent the next exactly its ");
     proof(&out, "no frame went between hosts that are not neighbours");
     let decoded = env.run(&["decode", "--strict", pcap.to_str().unwrap()]);
     assert!(
@@ -365,7 +365,7 @@ fn ring(env: &Env, hosts: usize, size: usize, in_process: bool) {
     let lines = decoded.stdout.lines().filter(|l| l.contains(" → ")).count();
     assert_eq!(
         lines as u64, roce,
-        "every frame the relay saw is in the capture"
+        "every frame the taps saw is in the capture"
     );
 
     if Command::new("tshark").arg("--version").output().is_err() {
@@ -427,7 +427,9 @@ fn allreduce_rings_of_2_3_4_and_8_hosts_end_with_the_sum_everywhere() {
     for (hosts, size) in [(2, 4096), (3, 40), (4, 1 << 20), (8, 4100), (8, 20)] {
         ring(&env, hosts, size, false);
     }
+    // In one process too, the switch a thread on in-memory cables.
     ring(&env, 3, (1 << 20) + 4, true);
+    ring(&env, 8, 4100, true);
 }
 
 #[test]
@@ -583,9 +585,10 @@ fn the_lessons_pages_draw_bars_lines_the_ring_and_every_transfer() {
             page.to_str().unwrap(),
         ],
     );
-    // Three links, 3 × 4 WRITEs on the timeline, four CPU parts per host.
+    // Three links, 3 × 4 WRITEs on the timeline, four CPU parts per host, and the switch's and
+    // the taps'.
     if let Some(drawn) = rendered(&page) {
-        assert_eq!(drawn, "links=3 transfers=12 parts=12", "{drawn}");
+        assert_eq!(drawn, "links=3 transfers=12 parts=14", "{drawn}");
     }
 }
 

@@ -21,7 +21,7 @@
 //! Two scenarios are lessons of their own: [`tcp_vs_rdma`] moves the same bytes over a kernel
 //! TCP socket and by RDMA WRITE and shows what each costs the receiver's CPU; [`allreduce`]
 //! runs the ring all-reduce of AI training between N hosts, each with its own NIC, through a
-//! small relay standing in for a switch.
+//! switch (`roce switch`), the demo tapping every cable.
 
 pub mod allreduce;
 pub mod cpu;

@@ -22,17 +22,20 @@ use crate::Scenario;
 
 const EXTRA_CSS: &str = r#"
 .host-node { fill: #eef1f4; stroke: #555; stroke-width: 2; }
+.switch-node { fill: #fff8c5; stroke: #555; stroke-width: 2; }
+.cable { stroke: #c8cdd3; stroke-width: 2; }
 .link { stroke: #1f6feb; stroke-width: 3; fill: none; }
 .head { fill: #1f6feb; }
 .transfer.reduce-scatter { fill: #1f6feb; } .transfer.all-gather { fill: #1a7f37; }
 .adding { fill: #cf222e; }
 .part.adding { fill: #cf222e; } .part.moving { fill: #bf8700; } .part.rest { fill: #8c959f; }
-.part.nic { fill: #1f6feb; }
+.part.nic { fill: #1f6feb; } .part.switch { fill: #9a6700; } .part.taps { fill: #c8cdd3; }
 table.steps { border-collapse: collapse; font-family: ui-monospace, monospace; font-size: 12px; }
 table.steps td, table.steps th { border: 1px solid #ddd; padding: 3px 6px; text-align: left; }
 .legend .reduce-scatter i { background: #1f6feb; } .legend .all-gather i { background: #1a7f37; }
 .legend .adding i { background: #cf222e; } .legend .moving i { background: #bf8700; }
 .legend .rest i { background: #8c959f; } .legend .nic i { background: #1f6feb; }
+.legend .switch i { background: #9a6700; }
 "#;
 
 /// How many links, transfers and CPU parts have a size once laid out (see [`document`]).
@@ -55,7 +58,8 @@ fn ms(ns: u64) -> String {
     format!("{:.2} ms", ns as f64 / 1e6)
 }
 
-/// The hosts on a circle, an arrow from each to the next with the bytes the relay counted.
+/// The hosts on a circle around the switch, each cabled to it; an arrow from each host to the
+/// next with the bytes counted on its cable.
 fn ring(record: &Record) -> Markup {
     let n = record.ring.hosts;
     let (cx, cy, radius) = (WIDTH / 2.0, 190.0, 140.0);
@@ -66,6 +70,14 @@ fn ring(record: &Record) -> Markup {
     html! {
         svg #ring xmlns="http://www.w3.org/2000/svg" width=(WIDTH) height="390"
             viewBox=(format!("0 0 {WIDTH} 390")) role="img" aria-label="the ring of hosts" {
+            @for rank in 0..n {
+                @let (x, y) = at(rank);
+                line.cable x1=(format!("{x:.1}")) y1=(format!("{y:.1}")) x2=(cx) y2=(cy) {}
+            }
+            rect.switch-node x=(cx - 34.0) y=(cy - 16.0) width="68" height="32" rx="4" {
+                title { "the switch: every frame goes through it" }
+            }
+            text.lane-name x=(cx) y=(cy + 5.0) text-anchor="middle" { "switch" }
             @for rank in 0..n {
                 @let next = record.ring.next(rank);
                 @let ((x1, y1), (x2, y2)) = (at(rank), at(next));
@@ -206,9 +218,15 @@ fn cpu_split(record: &Record) -> Markup {
         .unwrap_or_default()
         .max(Duration::from_micros(1))
         .as_nanos() as f64;
+    let most = most.max(record.fabric.switch.as_nanos() as f64);
     let row = 2.0 * 18.0 + 10.0;
-    let height = row * record.hosts.len() as f64 + 10.0;
+    let height = row * (record.hosts.len() + 1) as f64 + 10.0;
     let scale = 600.0 / most;
+    let fabric_y = 5.0 + record.hosts.len() as f64 * row;
+    let fabric: Vec<(&str, u64)> = std::iter::once(("switch", record.fabric.switch))
+        .chain(record.fabric.taps.map(|t| ("taps", t)))
+        .map(|(name, d)| (name, d.as_nanos() as u64))
+        .collect();
     html! {
         svg #cpu-split xmlns="http://www.w3.org/2000/svg" width=(WIDTH) height=(height)
             viewBox=(format!("0 0 {WIDTH} {height}")) role="img"
@@ -237,6 +255,18 @@ fn cpu_split(record: &Record) -> Markup {
                 }
                 text.axis x=(format!("{:.1}", 156.0 + (nic_ns as f64 * scale).max(1.0))) y=(y + 30.0) {
                     (format!("its NIC {}", ms(nic_ns)))
+                }
+            }
+            text.lane-name x="0" y=(fabric_y + 13.0) { "the fabric" }
+            @for (i, (name, ns)) in fabric.iter().enumerate() {
+                @let (y, w) = (fabric_y + 18.0 * i as f64, (*ns as f64 * scale).max(1.0));
+                rect class=(format!("part {name}")) data-part=(name) data-ns=(ns)
+                    x="150" y=(y) width=(format!("{w:.1}")) height="14" {}
+                text.axis x=(format!("{:.1}", 156.0 + w)) y=(y + 12.0) {
+                    (match *name {
+                        "switch" => format!("the switch {}", ms(*ns)),
+                        _ => format!("the demo's taps on the cables {}", ms(*ns)),
+                    })
                 }
             }
         }
@@ -275,6 +305,7 @@ impl Page<'_> {
                 span.moving { i {} "posting WRITEs, taking completions" }
                 span.rest { i {} "the rest of its time on a CPU (/proc)" }
                 span.nic { i {} "its NIC, which moved the bytes" }
+                span.switch { i {} "the switch" }
             }
             (cpu_split(r))
         };
@@ -284,13 +315,13 @@ impl Page<'_> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::fabric::Seen;
     use super::super::host::{Report, StepReport};
-    use super::super::relay::Seen;
-    use super::super::{HostRun, NicRun, Ring};
+    use super::super::{FabricRun, HostRun, NicRun, Ring};
     use super::*;
 
-    /// A ring of three whose hosts each sent 10 bytes a step, the relay having counted 40
-    /// bytes a link.
+    /// A ring of three whose hosts each sent 20 bytes a step, the taps having counted 40 bytes
+    /// a link.
     fn record() -> Record {
         let ring = Ring::new(3, 15);
         let hosts = (0..3)
@@ -324,7 +355,7 @@ mod tests {
             })
             .collect();
         let mut seen = Seen {
-            ports: 3,
+            hosts: 3,
             links: vec![Default::default(); 9],
             ..Seen::default()
         };
@@ -342,6 +373,10 @@ mod tests {
                     on_cpu: Duration::from_millis(2),
                 })
                 .collect(),
+            fabric: FabricRun {
+                switch: Duration::from_millis(3),
+                taps: None,
+            },
             seen,
         }
     }

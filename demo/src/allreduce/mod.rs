@@ -2,17 +2,18 @@
 //!
 //! Training a model on many accelerators, each computes gradients on its share of the data, and
 //! before the next step every one of them needs their sum: an all-reduce, thousands of times a
-//! second. Here N hosts, each with its own NIC, all cabled to one [`relay`] (a small switch),
-//! run the ring all-reduce of collective libraries such as NCCL ([`ring`]): reduce-scatter,
+//! second. Here N hosts, each with its own NIC, all cabled to one switch (`roce switch`), the
+//! demo tapping every cable ([`fabric`]), run the ring all-reduce of collective libraries such
+//! as NCCL ([`ring`]): reduce-scatter,
 //! then all-gather, every chunk an RDMA WRITE with immediate straight into the next host's
 //! memory. Every figure is measured: the result of every host against the sum computed
-//! directly, the bytes each link carried (counted by the relay), and each host's CPU time —
+//! directly, the bytes each host sent to each other (counted on the cables), and each host's CPU time —
 //! from /proc, from outside — against what it spent in its add loops and on posting work
 //! requests and taking completions (its own thread CPU clock, [`host`]).
 
+pub mod fabric;
 pub mod host;
 pub mod html;
-pub mod relay;
 pub mod ring;
 mod stage;
 
@@ -113,6 +114,14 @@ pub struct NicRun {
     pub on_cpu: Duration,
 }
 
+/// What the fabric spent while the all-reduce ran: the switch, and the demo's thread that
+/// passes the cables' frames (between processes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FabricRun {
+    pub switch: Duration,
+    pub taps: Option<Duration>,
+}
+
 /// What a run leaves for the page.
 #[derive(Debug, Clone)]
 pub struct Record {
@@ -120,7 +129,8 @@ pub struct Record {
     pub in_process: bool,
     pub hosts: Vec<HostRun>,
     pub nics: Vec<NicRun>,
-    pub seen: relay::Seen,
+    pub fabric: FabricRun,
+    pub seen: fabric::Seen,
 }
 
 /// Runs the scenario and tells it to `observer`. Installs this process's logging (warnings to
@@ -132,17 +142,17 @@ pub fn run(options: &Options, observer: &mut dyn Observer) -> Result<(), DemoErr
         None => None,
     };
     let macs = (0..ring.hosts).map(|r| mac(stage::ip(r)).0).collect();
-    let relay = relay::Relay::new(macs, options.pcap.as_deref())?;
+    let taps = fabric::Taps::new(macs, options.pcap.as_deref())?;
     events::install_plain_logging();
     let mut stage = match &options.mode {
-        Mode::InProcess => stage::threads(ring, &relay)?,
-        Mode::Processes { roce } => stage::processes(roce, ring, &relay)?,
+        Mode::InProcess => stage::threads(ring, &taps)?,
+        Mode::Processes { roce } => stage::processes(roce, ring, &taps)?,
     };
     let mut story = Story::new(observer);
-    let record = play(&mut stage, ring, &relay, &mut story)?;
+    let record = play(&mut stage, ring, &taps, &mut story)?;
     // The NICs stop before the capture is closed, so it holds every frame they sent.
     drop(stage);
-    relay.finish()?;
+    taps.finish()?;
     if let Some((path, file)) = page_file {
         write_page(
             path,
@@ -183,11 +193,13 @@ fn label(whom: Whom) -> String {
     }
 }
 
-/// Everyone's CPU use at one moment, from /proc: the hosts, their NICs, the relay's thread.
+/// Everyone's CPU use at one moment, from /proc: the hosts, their NICs, the switch, the
+/// demo's thread that passes the cables' frames.
 struct Readings {
     hosts: Vec<CpuUse>,
     nics: Vec<CpuUse>,
-    relay: Option<CpuUse>,
+    switch: CpuUse,
+    taps: Option<CpuUse>,
 }
 
 impl Readings {
@@ -203,8 +215,9 @@ impl Readings {
                 .iter()
                 .map(|n| cpu::measure(n.whom))
                 .collect::<Result<_, _>>()?,
-            relay: stage
-                .relay_thread
+            switch: cpu::measure(stage.switch.whom)?,
+            taps: stage
+                .taps_thread
                 .map(|tid| cpu::measure(Whom::Thread(tid)))
                 .transpose()?,
         })
@@ -214,7 +227,7 @@ impl Readings {
 fn play(
     stage: &mut Stage,
     ring: Ring,
-    relay: &relay::Relay,
+    taps: &fabric::Taps,
     story: &mut Story,
 ) -> Result<Record, DemoError> {
     introduce(stage, ring, story);
@@ -277,7 +290,7 @@ fn play(
         "The NIC wrote each all-gather chunk straight to its place in the vector, and the next \
          step sent it on from there: no host copied it.",
     );
-    let seen = relay.seen();
+    let seen = taps.seen();
     links(ring, &seen, story);
     let hosts: Vec<HostRun> = stage
         .hosts
@@ -303,16 +316,20 @@ fn play(
             on_cpu: after.on_cpu.saturating_sub(before.on_cpu),
         })
         .collect();
-    let relay_cpu = before
-        .relay
-        .zip(after.relay)
-        .map(|(before, after)| after.on_cpu.saturating_sub(before.on_cpu));
-    cpu_split(&hosts, &nics, relay_cpu, stage.in_process(), story);
+    let fabric = FabricRun {
+        switch: after.switch.on_cpu.saturating_sub(before.switch.on_cpu),
+        taps: before
+            .taps
+            .zip(after.taps)
+            .map(|(before, after)| after.on_cpu.saturating_sub(before.on_cpu)),
+    };
+    cpu_split(&hosts, &nics, &fabric, stage.in_process(), story);
     let record = Record {
         ring,
         in_process: stage.in_process(),
         hosts,
         nics,
+        fabric,
         seen,
     };
     proofs(&record, story);
@@ -320,7 +337,7 @@ fn play(
     Ok(record)
 }
 
-/// Step 1: the hosts, their NICs, the relay, the ring.
+/// Step 1: the hosts, their NICs, the switch, the ring.
 fn introduce(stage: &Stage, ring: Ring, story: &mut Story) {
     story.say(format!(
         "roce demo --scenario allreduce: {}",
@@ -333,23 +350,25 @@ fn introduce(stage: &Stage, ring: Ring, story: &mut Story) {
          there with each host sending about twice its vector, however many hosts there are.",
     );
     story.step(format!(
-        "{} hosts, each with its own NIC, cabled to one relay",
+        "{} hosts, each with its own NIC, cabled to one switch",
         ring.hosts
     ));
     if stage.in_process() {
-        story.say(
-            "Every NIC and every host program runs in this process (--in-process): each NIC \
-             is an engine thread, each host a thread; every NIC's link is a port of the demo's \
-             relay, a small Ethernet switch that forwards each frame to the port of its \
-             destination MAC and sees every frame.",
-        );
+        story.say(format!(
+            "Every NIC, the switch and every host program run in this process (--in-process): \
+             each NIC is an engine thread, the switch (roce switch's: learning, line-rate \
+             queues, tail drop) is {}, each host a thread. Every NIC is cabled in memory to a \
+             port of the switch, and the demo taps every cable: it sees each frame a NIC sends.",
+            label(stage.switch.whom)
+        ));
     } else {
-        story.say(
-            "Each NIC runs as a process (roce nic) and each host program as a process of its \
-             own; every NIC is cabled over loopback UDP to a port of the demo's relay, a small \
-             Ethernet switch that forwards each frame to the port of its destination MAC and \
-             sees every frame.",
-        );
+        story.say(format!(
+            "Each NIC runs as a process (roce nic), each host program as a process of its own, \
+             and the switch — roce switch, {}: learning, line-rate queues, tail drop — as \
+             another. Every NIC is cabled over loopback UDP to a port of the switch, each cable \
+             through the demo, which sees every frame a NIC sends.",
+            label(stage.switch.whom)
+        ));
     }
     let rows: Vec<(String, String)> = stage
         .hosts
@@ -361,12 +380,13 @@ fn introduce(stage: &Stage, ring: Ring, story: &mut Story) {
             (
                 format!("host {rank}"),
                 format!(
-                    "{}, NIC {} ({}), {}, MAC {}, relay port {rank}",
+                    "{}, NIC {} ({}), {}, MAC {}, switch port {}",
                     label(host.whom),
                     nic.name,
                     label(nic.whom),
                     IpAddr::from(ip),
-                    mac_text(mac(ip))
+                    mac_text(mac(ip)),
+                    rank + 1
                 ),
             )
         })
@@ -498,9 +518,9 @@ fn tell_phase(ring: Ring, reports: &[Report], phase: Phase, story: &mut Story) {
     }
 }
 
-/// What each link of the ring carried, as the relay counted it.
-fn links(ring: Ring, seen: &relay::Seen, story: &mut Story) {
-    story.step("What crossed each link, as the relay counted it");
+/// What each host sent to the next, as the taps on the cables counted it.
+fn links(ring: Ring, seen: &fabric::Seen, story: &mut Story) {
+    story.step("What each host sent to the next, as the demo's taps on the cables counted it");
     for rank in 0..ring.hosts {
         let next = ring.next(rank);
         let out = seen.link(rank, next);
@@ -531,16 +551,17 @@ fn links(ring: Ring, seen: &relay::Seen, story: &mut Story) {
         }));
     }
     story.say(format!(
-        "In all the relay forwarded {} frames ({} RoCE), flooded {} and dropped {}.",
-        seen.frames, seen.roce, seen.flooded, seen.dropped
+        "In all the NICs sent {} frames into the switch ({} RoCE, {} to every host, {} to an \
+         address that is no host's).",
+        seen.frames, seen.roce, seen.broadcast, seen.unknown
     ));
     story.figures(json!({
-        "figures": "relay",
+        "figures": "taps",
         "frames": seen.frames,
         "roce_frames": seen.roce,
         "bad_icrc_frames": seen.bad_icrc,
-        "flooded_frames": seen.flooded,
-        "dropped_frames": seen.dropped,
+        "broadcast_frames": seen.broadcast,
+        "unknown_frames": seen.unknown,
     }));
 }
 
@@ -548,7 +569,7 @@ fn links(ring: Ring, seen: &relay::Seen, story: &mut Story) {
 fn cpu_split(
     hosts: &[HostRun],
     nics: &[NicRun],
-    relay: Option<Duration>,
+    fabric: &FabricRun,
     in_process: bool,
     story: &mut Story,
 ) {
@@ -613,17 +634,23 @@ fn cpu_split(
             "a process"
         }
     ));
-    if let Some(relay) = relay {
-        story.figures(json!({
-            "figures": "relay_thread",
-            "on_cpu_ns": relay.as_nanos() as u64,
-        }));
-        story.say(format!(
-            "The demo's relay, forwarding their frames between the NIC processes (a switch's \
-             job, in hardware), spent {}.",
-            ms(relay)
-        ));
-    }
+    story.say(format!(
+        "The switch, passing their frames from port to port, spent {} — what a switch's \
+         hardware does at no host's expense{}.",
+        ms(fabric.switch),
+        match fabric.taps {
+            Some(taps) => format!(
+                "; the demo's taps, passing on every frame of the cables (a cable's job), {}",
+                ms(taps)
+            ),
+            None => String::new(),
+        }
+    ));
+    story.figures(json!({
+        "figures": "fabric",
+        "switch_on_cpu_ns": fabric.switch.as_nanos() as u64,
+        "taps_on_cpu_ns": fabric.taps.map(|t| t.as_nanos() as u64),
+    }));
 }
 
 /// Where `region`'s vector first differs from the direct sum (a float's index), if anywhere.
@@ -706,8 +733,8 @@ fn proofs(record: &Record, story: &mut Story) {
                 .map(|r| ring.bytes_per_link(r).to_string())
                 .collect();
             format!(
-                "each link carried exactly its 2×{} chunks of payload ({} bytes), counted by \
-                 the relay",
+                "each host sent the next exactly its 2×{} chunks of payload ({} bytes), \
+                 counted on its cable",
                 ring.steps(),
                 dedup(per).join(" or ")
             )
@@ -732,12 +759,12 @@ fn proofs(record: &Record, story: &mut Story) {
         seen.bad_icrc == 0 && seen.roce > 0,
         if seen.bad_icrc == 0 {
             format!(
-                "all {} RoCE frames the relay saw carry a valid ICRC",
+                "all {} RoCE frames on the cables carry a valid ICRC",
                 seen.roce
             )
         } else {
             format!(
-                "{} of the {} RoCE frames the relay saw carry a bad ICRC",
+                "{} of the {} RoCE frames on the cables carry a bad ICRC",
                 seen.bad_icrc, seen.roce
             )
         },

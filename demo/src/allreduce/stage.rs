@@ -1,27 +1,34 @@
-//! The allreduce's stage: a NIC and a host program per host, every NIC cabled to a port of the
-//! [`Relay`] — by default each NIC and each host a process of its own, with `--in-process`
-//! all of them threads of the demo.
+//! The allreduce's stage: a NIC and a host program per host, every NIC cabled to a port of one
+//! switch, every cable tapped by the demo ([`Taps`]) — by default each NIC, each host and the
+//! switch (`roce switch`) a process of its own, with `--in-process` all of them threads of the
+//! demo.
 
 use std::io::{BufRead, BufReader};
 use std::net::IpAddr;
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use roce_hostmem::Region;
+use roce_nic::link::mem;
 use roce_nic::{Device, DeviceConfig};
+use roce_switch::driver::{Driver, PortLink, Stopper};
+use roce_switch::{PortConfig, Switch, SwitchConfig};
 
-use super::relay::{self, Relay};
+use super::fabric::{udp::Cables, Taps};
 use super::ring::Ring;
 use super::{host, mac, FLOAT};
 use crate::child::Child;
 use crate::cpu::{self, Whom};
 use crate::rig::processes::{
-    check_room, free_port, name, nic_command, start_nic_process, start_program, WIRE_LIMIT,
+    check_room, free_port, name, nic_command, start_device, start_program, Nic as NicProcess,
+    WIRE_LIMIT,
 };
 use crate::rig::{Channel, TargetHandle};
 use crate::wire::forward::Forwarder;
+use crate::wire::tap::Tap;
 use crate::DemoError;
 
 /// The address of host `rank`'s NIC: 10.0.0.1 for host 0, and so on.
@@ -29,11 +36,12 @@ pub fn ip(rank: usize) -> [u8; 4] {
     [10, 0, 0, rank as u8 + 1]
 }
 
-/// A host's NIC, for the narration and the measurements.
+/// A NIC or the switch — the hardware the emulation stands in for — for the narration and the
+/// measurements.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Nic {
+pub struct Hardware {
     pub name: String,
-    /// The NIC's process, or its engine thread in this process.
+    /// Its process, or its thread in this process.
     pub whom: Whom,
 }
 
@@ -41,10 +49,11 @@ pub struct Nic {
 pub struct Stage {
     /// The host programs, in rank order.
     pub hosts: Vec<TargetHandle>,
-    pub nics: Vec<Nic>,
-    /// The relay's forwarding thread, if the NICs are processes.
-    pub relay_thread: Option<i32>,
-    /// What keeps the NICs and the relay running: ended after the hosts.
+    pub nics: Vec<Hardware>,
+    pub switch: Hardware,
+    /// The demo's thread that passes the frames of the cables, if the NICs are processes.
+    pub taps_thread: Option<i32>,
+    /// What keeps the NICs, the switch and the taps running: ended after the hosts.
     _keep: Keep,
 }
 
@@ -52,9 +61,11 @@ enum Keep {
     Processes {
         _forwarder: Forwarder,
         _nics: Vec<Child>,
+        _switch: Child,
     },
     Threads {
         _devices: Vec<Device>,
+        _switch: SwitchThread,
     },
 }
 
@@ -69,12 +80,28 @@ fn peers(ring: Ring, rank: usize) -> Vec<[u8; 4]> {
     (0..ring.hosts).filter(|&r| r != rank).map(ip).collect()
 }
 
-/// Each NIC a `roce nic` process and each host a `roce demo-target` process; `roce` is this
-/// program.
-pub fn processes(roce: &Path, ring: Ring, relay: &Arc<Relay>) -> Result<Stage, DemoError> {
+/// What a device process wrote to standard error: its reason, if it fails to start.
+fn collect(stderr: std::process::ChildStderr, lines: &std::sync::Mutex<Vec<String>>) {
+    for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+        lines.lock().unwrap_or_else(|e| e.into_inner()).push(line);
+    }
+}
+
+/// Each NIC a `roce nic` process, the switch a `roce switch` process and each host a `roce
+/// demo-target` process; `roce` is this program.
+pub fn processes(roce: &Path, ring: Ring, taps: &Arc<Taps>) -> Result<Stage, DemoError> {
     check_room(ring.hosts * ring.region_len())?;
-    let ports = relay::udp::Ports::bind(ring.hosts)?;
-    let mut nics = Vec::new();
+    let cables = Cables::bind(ring.hosts)?;
+    let mut switch = Command::new(roce);
+    switch.arg("switch");
+    let mut ports = Vec::new();
+    for host in 0..ring.hosts {
+        let port = free_port()?;
+        switch.args(["--port", &format!("{port},{}", cables.switch_side(host)?)]);
+        ports.push(port);
+    }
+    let switch = start_device(switch, "switch", "switch", collect)?;
+    let mut nics: Vec<NicProcess> = Vec::new();
     let mut ends = Vec::new();
     for rank in 0..ring.hosts {
         let end = free_port()?;
@@ -84,22 +111,13 @@ pub fn processes(roce: &Path, ring: Ring, relay: &Arc<Relay>) -> Result<Stage, D
             &nic_name,
             ip(rank),
             &peers(ring, rank),
-            (end, ports.addr(rank)?),
+            (end, cables.nic_side(rank)?),
         );
         let what = format!("NIC of host {rank}");
-        nics.push(start_nic_process(
-            cmd,
-            &nic_name,
-            &what,
-            |stderr, other| {
-                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                    other.lock().unwrap_or_else(|e| e.into_inner()).push(line);
-                }
-            },
-        )?);
+        nics.push(start_device(cmd, &nic_name, &what, collect)?);
         ends.push(end);
     }
-    let forwarder = ports.relay(&ends, Arc::clone(relay), WIRE_LIMIT)?;
+    let forwarder = cables.connect(&ends, &ports, Arc::clone(taps), WIRE_LIMIT)?;
     let mut hosts = Vec::new();
     for (rank, nic) in nics.iter().enumerate() {
         let region = name(&format!("h{rank}-mem"));
@@ -115,24 +133,51 @@ pub fn processes(roce: &Path, ring: Ring, relay: &Arc<Relay>) -> Result<Stage, D
         hosts,
         nics: nics
             .iter()
-            .map(|nic| Nic {
+            .map(|nic| Hardware {
                 name: nic.name.clone(),
                 whom: Whom::Process(nic.child.pid()),
             })
             .collect(),
-        relay_thread: cpu::thread_named("demo-relay"),
+        switch: Hardware {
+            name: "roce switch".into(),
+            whom: Whom::Process(switch.child.pid()),
+        },
+        taps_thread: cpu::thread_named("demo-taps"),
         _keep: Keep::Processes {
             _forwarder: forwarder,
             _nics: nics.into_iter().map(|nic| nic.child).collect(),
+            _switch: switch.child,
         },
     })
 }
 
-/// Every NIC and every host in this process: the NICs on the relay's in-memory links, the
-/// hosts as threads.
-pub fn threads(ring: Ring, relay: &Arc<Relay>) -> Result<Stage, DemoError> {
+/// The switch on a thread of this process; stopped and joined when dropped.
+struct SwitchThread {
+    stopper: Stopper,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for SwitchThread {
+    fn drop(&mut self) {
+        self.stopper.stop();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Every NIC, the switch and every host in this process: each NIC on an in-memory cable to a
+/// port of the switch, watched by the taps; the hosts as threads.
+pub fn threads(ring: Ring, taps: &Arc<Taps>) -> Result<Stage, DemoError> {
     let mut devices = Vec::new();
-    for (rank, link) in relay::mem::links(relay).into_iter().enumerate() {
+    let mut ports = Vec::new();
+    for rank in 0..ring.hosts {
+        let (nic_end, switch_end) = mem::pair();
+        let taps = Arc::clone(taps);
+        let link = Tap::watching(nic_end, move |frame| {
+            taps.carry(rank, frame);
+            true
+        });
         let nic_name = format!("ar{rank}");
         let mut config = DeviceConfig::new(&nic_name, IpAddr::from(ip(rank)));
         for peer in peers(ring, rank) {
@@ -142,7 +187,25 @@ pub fn threads(ring: Ring, relay: &Arc<Relay>) -> Result<Stage, DemoError> {
             Device::start(config, link)
                 .map_err(|e| DemoError::because(&format!("cannot start the NIC {nic_name}"), e))?,
         );
+        ports.push(PortLink {
+            link: Box::new(switch_end),
+            describe: format!("port {} (host {rank})", rank + 1),
+        });
     }
+    let config = SwitchConfig::new(vec![PortConfig::default(); ring.hosts]);
+    let driver = Driver::new(Switch::new(config), ports, None)
+        .map_err(|e| DemoError::because("cannot start the switch", e))?;
+    let stopper = driver.stopper();
+    let thread = std::thread::Builder::new()
+        .name("demo-switch".into())
+        .spawn(move || {
+            driver.run();
+        })
+        .map_err(|e| DemoError::because("cannot start the switch thread", e))?;
+    let switch = SwitchThread {
+        stopper,
+        thread: Some(thread),
+    };
     let mut hosts = Vec::new();
     for (rank, device) in devices.iter().enumerate() {
         let region = Arc::new(
@@ -158,23 +221,31 @@ pub fn threads(ring: Ring, relay: &Arc<Relay>) -> Result<Stage, DemoError> {
         })?);
     }
     // The engines have served their hosts' set-up: they run, under their names.
+    let thread_of = |name: &str| {
+        eventually(|| cpu::thread_named(name))
+            .map(Whom::Thread)
+            .ok_or_else(|| DemoError::failed(format!("cannot find the thread {name}")))
+    };
     let mut nics = Vec::new();
     for device in &devices {
         let name = device.config().name.clone();
-        let engine = format!("{name}-engine");
-        let tid = eventually(|| cpu::thread_named(&engine)).ok_or_else(|| {
-            DemoError::failed(format!("cannot find the engine thread of the NIC {name}"))
-        })?;
-        nics.push(Nic {
+        nics.push(Hardware {
+            whom: thread_of(&format!("{name}-engine"))?,
             name,
-            whom: Whom::Thread(tid),
         });
     }
     Ok(Stage {
         hosts,
         nics,
-        relay_thread: None,
-        _keep: Keep::Threads { _devices: devices },
+        switch: Hardware {
+            name: "the switch".into(),
+            whom: thread_of("demo-switch")?,
+        },
+        taps_thread: None,
+        _keep: Keep::Threads {
+            _devices: devices,
+            _switch: switch,
+        },
     })
 }
 

@@ -87,16 +87,17 @@ pub(crate) fn nic_command(
     cmd
 }
 
-/// Starts the NIC of `cmd` (see [`nic_command`]), named `name`, and waits for its ready line.
-/// `read_stderr` reads its standard error, and puts the lines that are not events in the list
-/// it is given: the NIC's reason, if it fails to start.
-pub(crate) fn start_nic_process(
+/// Starts the NIC of `cmd` (see [`nic_command`]) named `name` — or the switch, `roce switch`,
+/// named `switch` — and waits for its ready line (`NAME ready: ...`). `read_stderr` reads its
+/// standard error, and puts the lines that are not events in the list it is given: the
+/// reason, if it fails to start.
+pub(crate) fn start_device(
     cmd: Command,
     name: &str,
     what: &str,
     read_stderr: impl FnOnce(ChildStderr, &Mutex<Vec<String>>) + Send + 'static,
 ) -> Result<Nic, DemoError> {
-    // A NIC shuts down cleanly on SIGTERM: its shared memory and socket go with it.
+    // A NIC (a switch) shuts down cleanly on SIGTERM: its shared memory and socket go with it.
     let mut child = Child::spawn(cmd, what, Signal::TERM)?;
     let other = Arc::new(Mutex::new(Vec::new()));
     if let Some(stderr) = child.stderr.take() {
@@ -146,7 +147,7 @@ fn start_nic(
         },
     );
     let events = events.clone();
-    start_nic_process(cmd, &name, &format!("{side} NIC"), move |stderr, other| {
+    start_device(cmd, &name, &format!("{side} NIC"), move |stderr, other| {
         events.read_lines(BufReader::new(stderr), side, other)
     })
 }

@@ -2,7 +2,7 @@
 //! forwards every datagram (one Ethernet frame each) to the other NIC's cable, through the
 //! [`Wire`]. Loopback only; the loop forwards only what arrives and stops when told, or at its
 //! deadline whatever happens. The loop itself ([`Forwarder`]) takes any number of cables: the
-//! allreduce's relay runs one for all its hosts' NICs.
+//! allreduce runs one for all its hosts' cables to their switch.
 
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
