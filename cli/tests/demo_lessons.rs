@@ -615,8 +615,9 @@ fn an_allreduce_killed_half_way_leaves_no_process_and_nothing_in_dev_shm() {
     .env("XDG_RUNTIME_DIR", &env.dir)
     .env("NO_COLOR", "1");
     let mut run = Proc::spawn(cmd, true);
-    // Every host process and NIC process, from the table of step 1.
-    let mut pids = Vec::new();
+    // The switch process, then every host process and NIC process, from step 1.
+    let switch = run.expect(|l| l.contains("and the switch — roce switch, process "));
+    let mut pids = vec![numbers(switch.split("roce switch, process ").nth(1).unwrap())[0] as i32];
     for rank in 0..3 {
         let row = run.expect(|l| {
             l.trim_start()
@@ -631,7 +632,7 @@ fn an_allreduce_killed_half_way_leaves_no_process_and_nothing_in_dev_shm() {
     run.say("");
     // Step 2 ends with every host connected and waiting: the demo waits for Enter.
     run.expect(|l| l.contains("Every host now waits for the go"));
-    let demo = pids
+    let demo = pids[1..]
         .iter()
         .map(|&pid| {
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
@@ -640,6 +641,7 @@ fn an_allreduce_killed_half_way_leaves_no_process_and_nothing_in_dev_shm() {
         .next()
         .unwrap();
     assert!(pids.iter().all(|&p| alive(p)));
+    eprintln!("killing demo {demo}: switch, hosts and NICs {pids:?}");
     // SAFETY: kill(2) of the demo, a descendant of this test (the parent of its hosts), by PID.
     assert_eq!(unsafe { libc::kill(demo, libc::SIGKILL) }, 0);
     for pid in &pids {
