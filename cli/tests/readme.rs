@@ -358,6 +358,23 @@ fn every_readme_block_runs_as_shown() {
     let lines: Vec<String> = excerpt.text.lines().map(str::to_owned).collect();
     shows(&lines, &out, true, "roce demo");
 
+    // The two lessons, and the excerpts of what they print.
+    for (command, excerpt) in [
+        ("roce demo --scenario tcp-vs-rdma", "receiver        TCP "),
+        ("roce demo --scenario allreduce", "host 0  "),
+    ] {
+        let block = readme.next(command);
+        let (status, out, err) = roce_run(&roce_args(&block.text, &names));
+        assert!(status.success(), "{err}");
+        let lines: Vec<String> = readme
+            .next(excerpt)
+            .text
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        shows(&lines, &out, true, command);
+    }
+
     // Decode captures: the lines shown come from the two captures named.
     let block =
         readme.next("cargo run --release --bin roce -- decode captures/every-opcode-ipv4.pcap");

@@ -160,7 +160,16 @@ impl Driver {
                 .into_iter()
                 .chain(deadline)
                 .min();
+            // Announce the sleep, then look once more: a link without a file descriptor (the
+            // in-process cable) wakes the switch through the waker only while it is announced,
+            // and a frame put on one before the announcement woke nobody.
+            self.waker.prepare_sleep();
+            if self.receive(Instant::now()) {
+                self.waker.awake();
+                continue;
+            }
             self.sleep(deadline);
+            self.waker.awake();
         }
         for port in &mut self.ports {
             if let Err(e) = port.link.flush() {
