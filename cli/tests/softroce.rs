@@ -36,6 +36,7 @@ fn pingpongs_at_path_mtu_1024() {
         link_mtu: 1500,
         faults: None,
         capture_each: false,
+        via_switch: false,
         scenarios: scenarios(&[
             (Pingpong("rc"), "-n 100 -s 1"),
             (Pingpong("rc"), "-n 100 -s 64"),
@@ -84,6 +85,7 @@ fn perftest_at_path_mtu_1024() {
         link_mtu: 1500,
         faults: None,
         capture_each: false,
+        via_switch: false,
         scenarios: list,
     });
 }
@@ -95,6 +97,7 @@ fn path_mtu_4096() {
         link_mtu: 4200,
         faults: None,
         capture_each: false,
+        via_switch: false,
         scenarios: scenarios(&[
             (Pingpong("rc"), "-n 100 -s 16384 -m 4096"),
             (Pingpong("ud"), "-n 100 -s 4096"),
@@ -142,6 +145,31 @@ fn transfers_survive_loss_and_reordering() {
         link_mtu: 1500,
         faults: Some("drop=0.02,reorder=0.02,seed=4791"),
         capture_each: false,
+        via_switch: false,
+        scenarios: list,
+    });
+}
+
+/// The same tools with a `roce switch` between the guest and our NIC: the switch learns both
+/// MACs, forwards ARP and RoCE alike, and both sides see exactly what they saw on a direct
+/// cable (one guest boot).
+#[test]
+fn through_a_roce_switch() {
+    let mut list = scenarios(&[
+        (Pingpong("rc"), "-n 100 -s 4096"),
+        (Pingpong("ud"), "-n 100 -s 1024"),
+        (Perftest("write_bw"), "-s 65536 -n 200"),
+        (Perftest("read_bw"), "-s 65536 -n 200"),
+        (Perftest("send_bw"), "-s 65536 -n 200"),
+        (Perftest("atomic_bw"), "-n 300"),
+    ]);
+    list.push(Scenario::new(Perftest("read_lat"), "-s 8192 -n 100", true));
+    interop::run(&Group {
+        name: "switch",
+        link_mtu: 1500,
+        faults: None,
+        capture_each: false,
+        via_switch: true,
         scenarios: list,
     });
 }
@@ -173,6 +201,7 @@ fn captures_of_every_opcode_rxe_sends() {
         link_mtu: 1500,
         faults: None,
         capture_each: true,
+        via_switch: false,
         scenarios: list,
     });
     if captures.is_empty() {
