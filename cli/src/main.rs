@@ -46,7 +46,9 @@ Examples:
   roce decode captures/every-opcode-ipv4.pcap     one line per RoCE packet
   roce decode -v capture.pcapng                   every field, with its tshark name
   roce decode --json capture.pcap | jq .          one JSON object per packet
-  roce decode --strict capture.pcap               exit code 1 on a bad ICRC or a malformed packet";
+  roce decode --strict capture.pcap               exit code 1 on a bad ICRC or a malformed packet
+  tcpdump -i eth0 -U -w - udp port 4791 | roce decode -
+                                                  a live capture, each packet as it arrives";
 
 #[derive(Parser)]
 #[command(

@@ -264,3 +264,38 @@ fn committed_captures_hold_real_rxe_frames_and_their_field_dumps() {
         );
     }
 }
+
+/// Two guests, no NIC of ours: the RDMA CM's tools connect one rxe to the other through the
+/// kernels' CMs, every message of a handshake on the wire — REJ for an unused port, MRA from a
+/// server slow to accept, SIDR for a UD port — as `interop::pair::check` lists. With
+/// `ROCE_REGENERATE_CAPTURES=1` the capture replaces `captures/softroce/two-guests/`.
+#[test]
+fn rdma_cm_handshakes_between_two_guests() {
+    let Some(pcap) = interop::pair::record() else {
+        return;
+    };
+    let count = interop::pair::check(&pcap);
+    eprintln!("CM messages between two rxe guests: {count:?}");
+    let strict = std::process::Command::new(env!("CARGO_BIN_EXE_roce"))
+        .args(["decode", "--strict"])
+        .arg(&pcap)
+        .output()
+        .expect("running roce decode");
+    assert!(strict.status.success(), "{strict:?}");
+    if interop::captures::regenerate() {
+        interop::pair::commit(&pcap);
+    }
+}
+
+/// The committed capture of two guests' handshakes (no guest needed) holds what a new run
+/// would, message by message, with its field dump beside it.
+#[test]
+fn the_committed_rdma_cm_capture_holds_every_handshake_message() {
+    let pcap = interop::captures::committed_dir().join(interop::pair::COMMITTED);
+    interop::pair::check(&pcap);
+    let dump = std::fs::read_to_string(pcap.with_extension("fields.txt")).expect("its field dump");
+    assert!(dump
+        .lines()
+        .next()
+        .is_some_and(|h| h.ends_with("infiniband.cm.req.remoteqpneecn")));
+}

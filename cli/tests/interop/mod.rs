@@ -6,6 +6,7 @@
 
 pub mod captures;
 pub mod guest;
+pub mod pair;
 pub mod scenario;
 pub mod wire;
 
@@ -20,7 +21,7 @@ use guest::{Console, GUEST_MAC, NIC_IP, NIC_MAC};
 use scenario::{Group, Scenario, GUEST_TOOL_LIMIT_S};
 
 /// One guest at a time: under TCG a guest takes a whole core.
-static ONE_GUEST: Mutex<()> = Mutex::new(());
+pub static ONE_GUEST: Mutex<()> = Mutex::new(());
 /// TCP port of a group's first scenario (the ports are the NIC's and the guest's, not the
 /// host's, so any will do).
 const FIRST_PORT: u16 = 19100;
