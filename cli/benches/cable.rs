@@ -1,12 +1,17 @@
 //! RC RDMA WRITE between two `roce nic` processes over the UDP cable on loopback, against the
-//! ceiling of that link measured in the same run: the same bytes, in datagrams of the same
-//! sizes as the cable's frames, sent by this process to a plain UDP receiver in another.
+//! ceilings of that link measured in the same run: the same bytes, in datagrams of the same
+//! sizes as the cable's frames, sent by this process to a UDP receiver in another — one
+//! datagram per system call (`udp_*`), and batched as the cable batches them, with
+//! sendmmsg/recvmmsg and UDP GSO (`udp_batched_*`). And the same WRITEs between two `roce nic`
+//! processes on a shared-memory link (`shm_*`), against two NICs in this process on the
+//! in-process cable (`inprocess_*`).
 //!
-//! - `write_1MiB` / `udp_1MiB`: goodput of 1 MiB messages at path MTU 4096 (target: the WRITE
-//!   at >= 60% of the UDP ceiling).
-//! - `write_64B` / `udp_64B`: message rate of 64-byte writes.
+//! - `write_1MiB` / `udp_1MiB` / `udp_batched_1MiB`: goodput of 1 MiB messages at path MTU
+//!   4096 (targets: >= 70% of batched UDP).
+//! - `write_64B` / `udp_64B` / `udp_batched_64B`: message rate of 64-byte writes.
+//! - `shm_1MiB` / `inprocess_1MiB`: goodput over shared memory (target: >= 60% of in-process).
 //!
-//! After criterion's figures, the two are also run in alternating rounds and their ratio
+//! After criterion's figures, each pair is also run in alternating rounds and their ratio
 //! printed: on a shared two-core machine the load changes between criterion's groups.
 //!
 //! The initiating host is this process (the `roce_nic::host` library), the target host a
@@ -16,17 +21,24 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::UdpSocket;
+use std::os::fd::{AsFd, AsRawFd};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
 use roce_hostmem::{Access, Region};
+use roce_nic::buf::{BufPool, FrameBuf};
 use roce_nic::host::SocketBackend;
+use roce_nic::link::udp_batch::{UdpBatch, MAX_BATCH};
+use roce_nic::link::{mem, shm};
+use roce_nic::testbed::{self, Pair};
 use roce_nic::verbs::*;
 
 /// Set in the environment of the child that plays the UDP receiver.
 const SINK_ROLE: &str = "ROCE_CABLE_BENCH_SINK";
+/// Set (to anything) when that receiver takes datagrams by the batch.
+const SINK_BATCHED: &str = "ROCE_CABLE_BENCH_SINK_BATCHED";
 const MIB: u64 = 1 << 20;
 /// Bytes a RoCE frame adds to its payload on the cable: Ethernet, IPv4, UDP, BTH, ICRC (a
 /// first or only packet also has a 16-byte RETH).
@@ -44,46 +56,82 @@ const UDP_ACK_EVERY: u64 = 32;
 
 fn main() {
     if let Ok(addrs) = std::env::var(SINK_ROLE) {
-        udp_sink(&addrs);
+        udp_sink(&addrs, std::env::var_os(SINK_BATCHED).is_some());
         return;
     }
-    let setup = Setup::start();
+    let cable = Setup::start(Medium::Cable);
+    let over_shm = Setup::start(Medium::Shm);
+    let inprocess = InProcess::start();
     let mut c = Criterion::default()
         .sample_size(10)
         .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(4))
+        .measurement_time(Duration::from_secs(3))
         .configure_from_args();
-    let sink = UdpBaseline::start();
+    let plain = UdpBaseline::start(false);
+    let batched = UdpBaseline::start(true);
     let frames_1mib = frames_for(MIB as usize, 4096);
     let frames_64 = frames_for(64, 4096);
     let mut group = c.benchmark_group("cable");
     group.throughput(Throughput::Bytes(MIB));
     group.bench_function("write_1MiB", |b| {
-        b.iter_custom(|iters| setup.writes(iters, MIB as u32, DEPTH_1MIB))
+        b.iter_custom(|iters| cable.writes(iters, MIB as u32, DEPTH_1MIB))
     });
     group.bench_function("udp_1MiB", |b| {
-        b.iter_custom(|iters| sink.blast(iters, &frames_1mib))
+        b.iter_custom(|iters| plain.blast(iters, &frames_1mib))
+    });
+    group.bench_function("udp_batched_1MiB", |b| {
+        b.iter_custom(|iters| batched.blast(iters, &frames_1mib))
+    });
+    group.bench_function("shm_1MiB", |b| {
+        b.iter_custom(|iters| over_shm.writes(iters, MIB as u32, DEPTH_1MIB))
+    });
+    group.bench_function("inprocess_1MiB", |b| {
+        b.iter_custom(|iters| inprocess.writes(iters, MIB as u32, DEPTH_1MIB))
     });
     group.throughput(Throughput::Elements(1));
     group.bench_function("write_64B", |b| {
-        b.iter_custom(|iters| setup.writes(iters, 64, DEPTH_64B))
+        b.iter_custom(|iters| cable.writes(iters, 64, DEPTH_64B))
     });
     group.bench_function("udp_64B", |b| {
-        b.iter_custom(|iters| sink.blast(iters, &frames_64))
+        b.iter_custom(|iters| plain.blast(iters, &frames_64))
+    });
+    group.bench_function("udp_batched_64B", |b| {
+        b.iter_custom(|iters| batched.blast(iters, &frames_64))
     });
     group.finish();
     c.final_summary();
     paired(
-        "1 MiB RDMA WRITE goodput",
-        || setup.writes(64, MIB as u32, DEPTH_1MIB),
-        || sink.blast(64, &frames_1mib),
+        "1 MiB RDMA WRITE goodput, cable vs one-datagram-per-call UDP",
+        || cable.writes(64, MIB as u32, DEPTH_1MIB),
+        || plain.blast(64, &frames_1mib),
         64.0,
         "MiB/s",
     );
     paired(
-        "64 B RDMA WRITE rate",
-        || setup.writes(20_000, 64, DEPTH_64B),
-        || sink.blast(20_000, &frames_64),
+        "1 MiB RDMA WRITE goodput, cable vs batched UDP",
+        || cable.writes(64, MIB as u32, DEPTH_1MIB),
+        || batched.blast(64, &frames_1mib),
+        64.0,
+        "MiB/s",
+    );
+    paired(
+        "1 MiB RDMA WRITE goodput, shm link vs in-process",
+        || over_shm.writes(64, MIB as u32, DEPTH_1MIB),
+        || inprocess.writes(64, MIB as u32, DEPTH_1MIB),
+        64.0,
+        "MiB/s",
+    );
+    paired(
+        "64 B RDMA WRITE rate, cable vs one-datagram-per-call UDP",
+        || cable.writes(20_000, 64, DEPTH_64B),
+        || plain.blast(20_000, &frames_64),
+        20_000.0 / 1e3,
+        "k/s",
+    );
+    paired(
+        "64 B RDMA WRITE rate, cable vs batched UDP",
+        || cable.writes(20_000, 64, DEPTH_64B),
+        || batched.blast(20_000, &frames_64),
         20_000.0 / 1e3,
         "k/s",
     );
@@ -110,7 +158,7 @@ fn paired(
     };
     let ratio = median(rates.iter().map(|(r, u)| r / u).collect());
     println!(
-        "{what}: {:.0} {unit} over the cable; UDP ceiling {:.0} {unit}; ratio {:.0}% \
+        "{what}: {:.0} {unit} against {:.0} {unit}; ratio {:.0}% \
          (medians of {ROUNDS} paired rounds)",
         median(rates.iter().map(|p| p.0).collect()),
         median(rates.iter().map(|p| p.1).collect()),
@@ -146,6 +194,13 @@ impl Drop for Guard {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// What joins the two NIC processes.
+#[derive(Clone, Copy)]
+enum Medium {
+    Cable,
+    Shm,
 }
 
 /// Two NIC processes, a serving target host, and this process's initiating QP.
@@ -203,14 +258,22 @@ fn line_starting(out: &mut BufReader<ChildStdout>, prefix: &str) -> String {
 }
 
 impl Setup {
-    fn start() -> Setup {
+    fn start(medium: Medium) -> Setup {
         let id = std::process::id();
-        let dir = TempDir(std::env::temp_dir().join(format!("roce-bench-{id}")));
+        let tag = match medium {
+            Medium::Cable => "c",
+            Medium::Shm => "s",
+        };
+        let dir = TempDir(std::env::temp_dir().join(format!("roce-bench-{id}{tag}")));
         std::fs::create_dir_all(&dir.0).unwrap();
         let (pa, pb) = (free_port(), free_port());
-        let (na, nb) = (format!("bench{id}a"), format!("bench{id}b"));
+        let (na, nb) = (format!("bench{id}{tag}a"), format!("bench{id}{tag}b"));
+        let shm_name = shm::unique_name("bench");
         let nic = |name: &str, ip: &str, local: u16, remote: u16, peer: &str| {
-            let link = format!("cable:127.0.0.1:{local},127.0.0.1:{remote}");
+            let link = match medium {
+                Medium::Cable => format!("cable:127.0.0.1:{local},127.0.0.1:{remote}"),
+                Medium::Shm => format!("shm:{shm_name}"),
+            };
             let (child, mut out) = roce(
                 &dir.0,
                 &[
@@ -225,7 +288,7 @@ impl Setup {
             nic(&na, "10.99.0.1", pa, pb, "10.99.0.2=02:00:0a:63:00:02"),
             nic(&nb, "10.99.0.2", pb, pa, "10.99.0.1=02:00:0a:63:00:01"),
         ];
-        let region_b = format!("bench{id}target");
+        let region_b = format!("bench{id}{tag}target");
         let (mut target, mut out) = roce(
             &dir.0,
             &[
@@ -250,7 +313,7 @@ impl Setup {
             ..QpCap::default()
         };
         let qp = pd.create_qp(QpType::Rc, &cq, &cq, cap).unwrap();
-        let region = Arc::new(Region::create(&format!("bench{id}init"), 16 << 20).unwrap());
+        let region = Arc::new(Region::create(&format!("bench{id}{tag}init"), 16 << 20).unwrap());
         region.write(0, &vec![0x5a; region.len()]).unwrap();
         let mr = pd
             .register(&region, 0, region.len(), Access::LOCAL_WRITE)
@@ -285,68 +348,108 @@ impl Setup {
     /// `n` RDMA WRITEs of `len` bytes, at most `depth` in flight; returns the time until the
     /// last one completed.
     fn writes(&self, n: u64, len: u32, depth: u64) -> Duration {
-        let slots = (16 * MIB / u64::from(len)).max(1);
-        let mut wcs = [Wc::default(); 64];
-        let signal_every = SIGNAL_EVERY.min(depth / 2).max(1);
-        let start = Instant::now();
-        let (mut posted, mut done) = (0u64, 0u64);
-        while done < n {
-            while posted < n && posted - done < depth {
-                let offset = (posted % slots) * u64::from(len);
-                let last = posted + 1 == n;
-                let signaled = last || (posted + 1) % signal_every == 0;
-                self.qp
-                    .post_send(&[SendWr {
-                        wr_id: posted + 1,
-                        op: SendOp::RdmaWrite {
-                            remote_addr: self.va + offset,
-                            rkey: self.rkey,
-                        },
-                        sg_list: &[self.mr.sge(offset, len)],
-                        flags: if signaled {
-                            SendFlags::SIGNALED
-                        } else {
-                            SendFlags::empty_flags()
-                        },
-                        ud: None,
-                    }])
-                    .unwrap();
-                posted += 1;
-            }
-            let k = self
-                .cq
-                .try_wait(&mut wcs, Some(Duration::from_secs(10)))
-                .unwrap();
-            assert!(k > 0, "no completion within 10 s");
-            for wc in &wcs[..k] {
-                assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
-                // A signalled completion retires every request before it.
-                done = done.max(wc.wr_id);
-            }
-        }
-        start.elapsed()
+        writes(
+            &self.qp,
+            &self.cq,
+            &self.mr,
+            (self.rkey, self.va),
+            n,
+            len,
+            depth,
+        )
     }
+}
+
+/// Two NICs in this process on the in-process cable: the ceiling the shm link is held to.
+struct InProcess(Pair);
+
+impl InProcess {
+    fn start() -> InProcess {
+        let (a, b) = mem::pair();
+        let pair = testbed::pair_over(a, b, QpType::Rc, Mtu::M4096, 16 << 20, |_| {}, |_| {})
+            .expect("in-process test bench");
+        InProcess(pair)
+    }
+
+    fn writes(&self, n: u64, len: u32, depth: u64) -> Duration {
+        let (a, b) = (&self.0.a, &self.0.b);
+        writes(&a.qp, &a.cq, &a.mr, (b.mr.rkey, b.mr.va), n, len, depth)
+    }
+}
+
+/// `n` RDMA WRITEs of `len` bytes from `qp` to `(rkey, va)`, at most `depth` in flight;
+/// returns the time until the last one completed.
+fn writes(
+    qp: &QueuePair,
+    cq: &CompletionQueue,
+    mr: &MemoryRegion,
+    (rkey, va): (u32, u64),
+    n: u64,
+    len: u32,
+    depth: u64,
+) -> Duration {
+    let slots = (16 * MIB / u64::from(len)).max(1);
+    let mut wcs = [Wc::default(); 64];
+    let signal_every = SIGNAL_EVERY.min(depth / 2).max(1);
+    let start = Instant::now();
+    let (mut posted, mut done) = (0u64, 0u64);
+    while done < n {
+        while posted < n && posted - done < depth {
+            let offset = (posted % slots) * u64::from(len);
+            let last = posted + 1 == n;
+            let signaled = last || (posted + 1) % signal_every == 0;
+            qp.post_send(&[SendWr {
+                wr_id: posted + 1,
+                op: SendOp::RdmaWrite {
+                    remote_addr: va + offset,
+                    rkey,
+                },
+                sg_list: &[mr.sge(offset, len)],
+                flags: if signaled {
+                    SendFlags::SIGNALED
+                } else {
+                    SendFlags::empty_flags()
+                },
+                ud: None,
+            }])
+            .unwrap();
+            posted += 1;
+        }
+        let k = cq
+            .try_wait(&mut wcs, Some(Duration::from_secs(10)))
+            .unwrap();
+        assert!(k > 0, "no completion within 10 s");
+        for wc in &wcs[..k] {
+            assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+            // A signalled completion retires every request before it.
+            done = done.max(wc.wr_id);
+        }
+    }
+    start.elapsed()
 }
 
 /// A UDP receiver in another process (this bench binary in its sink role).
 struct UdpBaseline {
     socket: UdpSocket,
+    /// Send by the batch, as the cable does.
+    batch: Option<std::cell::RefCell<UdpBatch>>,
     _child: Guard,
 }
 
 impl UdpBaseline {
-    fn start() -> UdpBaseline {
+    fn start(batched: bool) -> UdpBaseline {
         let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
         grow(&socket);
         let sink: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         // Both ends connected, as the cable's sockets are (no route lookup per datagram).
         socket.connect(sink).unwrap();
         let ends = format!("{sink},{}", socket.local_addr().unwrap());
-        let child = Command::new(std::env::current_exe().unwrap())
-            .env(SINK_ROLE, ends)
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut sink = Command::new(std::env::current_exe().unwrap());
+        sink.env(SINK_ROLE, ends).stdout(Stdio::piped());
+        if batched {
+            sink.env(SINK_BATCHED, "1");
+        }
+        let child = sink.spawn().unwrap();
         let mut child = Guard(child);
         let mut out = BufReader::new(child.0.stdout.take().unwrap());
         line_starting(&mut out, "sink ready");
@@ -355,6 +458,7 @@ impl UdpBaseline {
             .unwrap();
         UdpBaseline {
             socket,
+            batch: batched.then(|| std::cell::RefCell::new(UdpBatch::new(true))),
             _child: child,
         }
     }
@@ -366,10 +470,15 @@ impl UdpBaseline {
         let buf = vec![0x5au8; frames.iter().copied().max().unwrap_or(0)];
         let mut ack = [0u8; 16];
         let (mut sent, mut acked) = (0u64, 0u64);
+        let mut pending: Vec<&[u8]> = Vec::with_capacity(MAX_BATCH);
         let start = Instant::now();
         for _ in 0..n {
             for &size in frames {
-                while sent - acked >= UDP_WINDOW {
+                while sent + pending.len() as u64 - acked >= UDP_WINDOW {
+                    if !pending.is_empty() {
+                        sent += self.send(&mut pending);
+                        continue;
+                    }
                     match self.socket.recv(&mut ack) {
                         Ok(8) => {
                             acked = acked.max(u64::from_le_bytes(ack[..8].try_into().unwrap()))
@@ -379,15 +488,35 @@ impl UdpBaseline {
                         Err(_) => acked = sent,
                     }
                 }
-                // A datagram the receiver has no room for is lost, as on the cable.
-                let _ = self.socket.send(&buf[..size]);
-                sent += 1;
+                pending.push(&buf[..size]);
+                if self.batch.is_none() || pending.len() == MAX_BATCH {
+                    sent += self.send(&mut pending);
+                }
             }
         }
+        sent += self.send(&mut pending);
         let received = self.count();
         let elapsed = start.elapsed();
         assert!(received > 0, "the UDP sink received nothing");
         elapsed.mul_f64(sent as f64 / received.min(sent) as f64)
+    }
+
+    /// Sends what is pending, by the batch or one by one; returns how many were handed over
+    /// (a datagram the receiver has no room for is lost, as on the cable, and counted sent).
+    fn send(&self, pending: &mut Vec<&[u8]>) -> u64 {
+        let n = pending.len() as u64;
+        match &self.batch {
+            Some(batch) => {
+                let _ = batch.borrow_mut().send(self.socket.as_fd(), pending);
+            }
+            None => {
+                for datagram in pending.iter() {
+                    let _ = self.socket.send(datagram);
+                }
+            }
+        }
+        pending.clear();
+        n
     }
 
     /// Asks the sink how many datagrams arrived since the last question (its answer is the
@@ -419,30 +548,57 @@ fn grow(socket: &UdpSocket) {
 
 /// The receiver, bound to the first address of `ends` and connected to the second: counts
 /// datagrams and acknowledges every [`UDP_ACK_EVERY`]; a one-byte datagram asks for the count
-/// since the last ask.
-fn udp_sink(ends: &str) {
+/// since the last ask. `batched`: it takes them with recvmmsg, as the cable does.
+fn udp_sink(ends: &str, batched: bool) {
     let (local, peer) = ends.split_once(',').unwrap();
     let socket = UdpSocket::bind(local).unwrap();
     socket.connect(peer).unwrap();
     grow(&socket);
     println!("sink ready");
-    let mut buf = vec![0u8; 65536];
+    let pool = BufPool::new(MAX_BATCH);
+    let mut bufs: Vec<FrameBuf> = (0..if batched { MAX_BATCH } else { 1 })
+        .map(|_| pool.take())
+        .collect();
+    let mut batch = UdpBatch::new(true);
     let mut count = 0u64;
+    let mut acked = 0u64;
     // Ends when its parent kills it; a bound keeps a forgotten sink from living forever.
-    socket
-        .set_read_timeout(Some(Duration::from_secs(600)))
-        .unwrap();
-    while let Ok(len) = socket.recv(&mut buf) {
-        if len == 1 {
-            let mut answer = [1u8; 9];
-            answer[1..].copy_from_slice(&count.to_le_bytes());
-            let _ = socket.send(&answer);
-            count = 0;
+    let deadline = Instant::now() + Duration::from_secs(900);
+    while Instant::now() < deadline {
+        let mut poll = libc::pollfd {
+            fd: socket.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        if unsafe { libc::poll(&mut poll, 1, 1000) } <= 0 {
+            continue;
+        }
+        let n = if batched {
+            batch.recv(socket.as_fd(), &mut bufs).unwrap_or(0)
         } else {
-            count += 1;
-            if count % UDP_ACK_EVERY == 0 {
-                let _ = socket.send(&count.to_le_bytes());
+            match socket.recv(bufs[0].space()) {
+                Ok(len) => {
+                    bufs[0].set_len(len);
+                    1
+                }
+                Err(_) => 0,
             }
+        };
+        for buf in &bufs[..n] {
+            if buf.len() == 1 {
+                let mut answer = [1u8; 9];
+                answer[1..].copy_from_slice(&count.to_le_bytes());
+                let _ = socket.send(&answer);
+                count = 0;
+                acked = 0;
+            } else {
+                count += 1;
+            }
+        }
+        if count >= acked + UDP_ACK_EVERY {
+            acked = count - count % UDP_ACK_EVERY;
+            let _ = socket.send(&acked.to_le_bytes());
         }
     }
 }

@@ -11,6 +11,7 @@ use roce_nic::link::faults::{FaultSpec, Faulty};
 use roce_nic::link::iface::IfaceLink;
 use roce_nic::link::paced::{Paced, Rate};
 use roce_nic::link::pcap::{PcapSink, PcapTee};
+use roce_nic::link::shm::ShmLink;
 use roce_nic::link::Link;
 use roce_nic::DeviceConfig;
 use roce_wire::EthernetAddress;
@@ -22,6 +23,8 @@ use crate::Failure;
 pub enum LinkSpec {
     Cable(CableAddrs),
     Iface(String),
+    /// A shared-memory link to another NIC process on this machine, both ends named alike.
+    Shm(String),
 }
 
 pub fn parse_link(text: &str) -> Result<LinkSpec, Failure> {
@@ -34,8 +37,11 @@ pub fn parse_link(text: &str) -> Result<LinkSpec, Failure> {
     if let Some(name) = text.strip_prefix("iface:").filter(|n| !n.is_empty()) {
         return Ok(LinkSpec::Iface(name.to_owned()));
     }
+    if let Some(name) = text.strip_prefix("shm:").filter(|n| !n.is_empty()) {
+        return Ok(LinkSpec::Shm(name.to_owned()));
+    }
     Err(Failure::usage(format!(
-        "--link {text:?} is not a link: use cable:LOCAL_UDP_ADDR,REMOTE_UDP_ADDR or iface:IFNAME"
+        "--link {text:?} is not a link: use cable:LOCAL_UDP_ADDR,REMOTE_UDP_ADDR, iface:IFNAME or shm:NAME"
     )))
 }
 
@@ -166,6 +172,10 @@ fn open_link(spec: &LinkSpec, text: &str) -> Result<Box<dyn Link>, Failure> {
             Ok(link) => Ok(Box::new(link)),
             Err(e) => Err(Failure::new(format!("cannot open the link {text}: {e}"))),
         },
+        LinkSpec::Shm(name) => match ShmLink::open(name) {
+            Ok(link) => Ok(Box::new(link)),
+            Err(e) => Err(Failure::new(format!("cannot open the link {text}: {e}"))),
+        },
     }
 }
 
@@ -202,7 +212,11 @@ mod tests {
             parse_link("iface:veth0").unwrap(),
             LinkSpec::Iface("veth0".into())
         );
-        for bad in ["cable:127.0.0.1:7001", "iface:", "tap0", ""] {
+        assert_eq!(
+            parse_link("shm:rack1").unwrap(),
+            LinkSpec::Shm("rack1".into())
+        );
+        for bad in ["cable:127.0.0.1:7001", "iface:", "shm:", "tap0", ""] {
             assert!(parse_link(bad).is_err(), "{bad}");
         }
     }

@@ -10,6 +10,7 @@ mod bench;
 mod decode;
 mod demo;
 mod device;
+mod fabric;
 mod failure;
 mod generate;
 mod host;
@@ -18,6 +19,7 @@ mod nic;
 mod perftest;
 mod pingpong;
 mod signals;
+mod switch;
 
 use std::process::ExitCode;
 
@@ -44,7 +46,9 @@ Examples:
   roce decode captures/every-opcode-ipv4.pcap     one line per RoCE packet
   roce decode -v capture.pcapng                   every field, with its tshark name
   roce decode --json capture.pcap | jq .          one JSON object per packet
-  roce decode --strict capture.pcap               exit code 1 on a bad ICRC or a malformed packet";
+  roce decode --strict capture.pcap               exit code 1 on a bad ICRC or a malformed packet
+  tcpdump -i eth0 -U -w - udp port 4791 | roce decode -
+                                                  a live capture, each packet as it arrives";
 
 #[derive(Parser)]
 #[command(
@@ -88,6 +92,12 @@ enum Command {
     /// Use a running NIC from the shell: serve a region, post RDMA work, show the NIC.
     #[command(subcommand)]
     Host(host::Command),
+    /// Run an Ethernet switch whose ports are cables like a NIC's: learning, line-rate queues,
+    /// ECN marking, tail drop, PFC, per-port counters and captures.
+    Switch(switch::Args),
+    /// Start and stop a switch and its NICs from a topology file.
+    #[command(subcommand)]
+    Fabric(fabric::FabricCommand),
     /// Print a shell's completion script for roce (bash, zsh, fish, elvish, powershell).
     #[command(after_long_help = generate::COMPLETION_EXAMPLES)]
     Completions(generate::CompletionArgs),
@@ -115,6 +125,8 @@ fn main() -> ExitCode {
         Command::Pingpong(args) => pingpong::run(args),
         Command::Perftest(args) => perftest::run(args),
         Command::Host(cmd) => host::run(cmd),
+        Command::Switch(args) => switch::run(args),
+        Command::Fabric(cmd) => fabric::run(cmd),
         Command::Completions(args) => generate::completions(args, Cli::command()),
         Command::Man(args) => generate::man(args, Cli::command()),
     };

@@ -6,6 +6,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use roce_nic::host::{self, Server};
+use roce_nic::link::ecn::Ect;
+use roce_nic::link::paced::Rate;
+use roce_nic::link::pfc::Pausable;
 use roce_nic::{Device, RingMemory};
 use tracing::info;
 
@@ -47,7 +50,8 @@ pub struct Args {
     #[arg(long, hide = true)]
     mtu: Option<String>,
     /// The wire: `cable:LOCAL_UDP_ADDR,REMOTE_UDP_ADDR` (one Ethernet frame per datagram, as
-    /// QEMU's -netdev dgram) or `iface:IFNAME` (a raw Ethernet interface).
+    /// QEMU's -netdev dgram), `iface:IFNAME` (a raw Ethernet interface) or `shm:NAME` (shared
+    /// memory to another NIC process on this machine started with the same name).
     #[arg(long)]
     link: String,
     /// Record every frame sent and received to this pcap file.
@@ -65,6 +69,21 @@ pub struct Args {
     /// (repeatable).
     #[arg(long = "neigh", value_name = "IP=MAC")]
     neighbours: Vec<String>,
+    /// Mark the RoCE packets we send ECN-capable (ECT(0)), so that congested switches and
+    /// queues mark them CE instead of dropping them.
+    #[arg(long)]
+    ecn: bool,
+    /// Obey 802.1Qbb PFC pause frames for this priority (default 3): hold everything we send
+    /// while the peer says pause. Pause times are in quanta of 512 bit times at --rate (10G
+    /// without one).
+    #[arg(
+        long,
+        value_name = "PRIORITY",
+        num_args = 0..=1,
+        default_missing_value = "3",
+        value_parser = clap::value_parser!(u8).range(0..=7)
+    )]
+    pfc: Option<u8>,
     /// Follow Soft-RoCE where it deviates from the IBTA spec (retry_cnt 7 retries for ever);
     /// see docs/rxe-differences.md.
     #[arg(long)]
@@ -108,7 +127,17 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     let faults = device::parse_faults(args.faults.as_deref())?;
     let path = host::socket_path(&config.name);
     let claim = Server::claim(&config.name, &path).map_err(|e| Failure::new(e.to_string()))?;
-    let (link, describe) = device::open(&spec, &args.link, rate, faults, args.pcap.as_deref())?;
+    let (mut link, mut describe) =
+        device::open(&spec, &args.link, rate, faults, args.pcap.as_deref())?;
+    if let Some(priority) = args.pfc {
+        let speed = rate.unwrap_or(Rate(10_000_000_000));
+        link = Box::new(Pausable::new(link, priority, speed));
+        describe = format!("{describe}, obeying PFC priority {priority}");
+    }
+    if args.ecn {
+        link = Box::new(Ect::new(link));
+        describe = format!("{describe}, ECT on RoCE");
+    }
     let (name, hw, ip) = (config.name.clone(), config.mac, config.ips[0]);
     let device = Device::start(config, link)
         .map_err(|e| Failure::new(format!("cannot start the NIC {name}: {e}")))?;

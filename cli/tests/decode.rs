@@ -78,25 +78,28 @@ fn the_tree_shows_each_field_at_its_byte_offset() {
     assert!(output.status.success(), "{}", stderr(&output));
     let text = stdout(&output);
     // Frame 12: RC RDMA_WRITE_ONLY_WITH_IMMEDIATE over IPv6 in an 802.1Q tag: Ethernet 14,
-    // tag 4, IPv6 40, UDP 8, so the BTH starts at byte 66, the RETH at 78, the ImmDt at 94.
+    // tag 4, IPv6 40, UDP 8, so the BTH starts at byte 66 (0x42), the RETH at 78 (0x4e), the
+    // ImmDt at 94 (0x5e).
     let frame = text
         .split("\n\n")
         .find(|block| block.trim_start().starts_with("12 "))
         .expect("frame 12");
+    // Offsets in hex, four digits, as the demo shows them; first and last byte of a field.
     for expected in [
-        "    802.1Q tag, bytes 14..18",
-        "      14..16    .... 0100 0010 1100 = VLAN ID: 1068  [vlan.id]",
-        "    IPv6, bytes 18..58",
-        "      18..20    .... 0110 0011 .... = Traffic class: 0x63  [ipv6.tclass]",
-        "      19..22    .... 1100 1000 0011 1111 0111 = Flow label: 0xc83f7  [ipv6.flow]",
-        "    Base Transport Header (BTH), bytes 66..78",
-        "      66        Opcode: 11 (RC RDMA_WRITE_ONLY_WITH_IMMEDIATE)  [infiniband.bth.opcode]",
-        "      70        .1.. .... = BECN: true (congestion on the way back)  [roce.bth.becn]",
-        "      71..74    Destination QP: 0x00b0cb  [infiniband.bth.destqp]",
-        "    RDMA Extended Transport Header (RETH), bytes 78..94",
-        "      78..86    Virtual address: 0x00007f00000b0058  [infiniband.reth.va]",
-        "      94..98    Immediate data: ca:fe:00:0b  [infiniband.immdt]",
-        "      154..158  ICRC status: ok  [roce.icrc.status]",
+        "    802.1Q tag, bytes 000e-0011",
+        "      000e-000f .... 0100 0010 1100 = VLAN ID: 1068  [vlan.id]",
+        "    IPv6, bytes 0012-0039",
+        "      0012-0013 .... 0110 0011 .... = Traffic class: 0x63  [ipv6.tclass]",
+        "      0012-0013 .... .... ..11 .... = ECN: 3 (congestion experienced)  [ipv6.tclass.ecn]",
+        "      0013-0015 .... 1100 1000 0011 1111 0111 = Flow label: 0xc83f7  [ipv6.flow]",
+        "    Base Transport Header (BTH), bytes 0042-004d",
+        "      0042      Opcode: 11 (RC RDMA_WRITE_ONLY_WITH_IMMEDIATE)  [infiniband.bth.opcode]",
+        "      0046      .1.. .... = BECN: true (congestion on the way back)  [roce.bth.becn]",
+        "      0047-0049 Destination QP: 0x00b0cb  [infiniband.bth.destqp]",
+        "    RDMA Extended Transport Header (RETH), bytes 004e-005d",
+        "      004e-0055 Virtual address: 0x00007f00000b0058  [infiniband.reth.va]",
+        "      005e-0061 Immediate data: ca:fe:00:0b  [infiniband.immdt]",
+        "      009a-009d ICRC status: ok  [roce.icrc.status]",
     ] {
         assert!(frame.contains(expected), "no {expected:?} in\n{frame}");
     }
@@ -243,7 +246,7 @@ fn a_file_that_is_not_a_capture_is_one_line_and_exit_2() {
 }
 
 #[test]
-fn a_capture_cut_short_prints_what_it_has_then_one_error_line() {
+fn a_capture_cut_short_prints_what_it_has_and_the_summary_then_one_error_line() {
     let bytes = std::fs::read(captures_dir().join("every-opcode-ipv4.pcap")).expect("reading");
     let dir = tempfile::tempdir().expect("a temporary directory");
     let cut = dir.path().join("cut.pcap");
@@ -257,9 +260,218 @@ fn a_capture_cut_short_prints_what_it_has_then_one_error_line() {
             cut.display()
         )
     );
-    assert_eq!(stdout(&output).lines().count(), 41);
-    // JSON, which is handed on in chunks, also shows everything before the damage.
+    // The 43 records before the cut (41 RoCE), then the summary of them, which says so.
+    let text = stdout(&output);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.iter().filter(|l| l.contains(" ICRC ok")).count(), 41);
+    assert!(lines.contains(&"43 packets: 41 RoCE, 0 malformed, 2 not RoCE (skipped); 0 bad ICRC"));
+    assert_eq!(
+        lines.last().copied(),
+        Some(
+            format!(
+                "{} is truncated: it ends in the middle of a record; the summary counts the records before it",
+                cut.display()
+            )
+            .as_str()
+        )
+    );
+    // JSON, which is handed on in batches, also shows everything before the damage, and its
+    // summary (on standard error) says the same.
     let json = roce(&["--json"], &[&cut]);
     assert_eq!(json.status.code(), Some(2));
     assert_eq!(stdout(&json).lines().count(), 41);
+    assert!(stderr(&json).contains("is truncated: it ends in the middle of a record"));
+}
+
+/// `roce decode` with the capture on standard input.
+fn roce_stdin(args: &[&str], input: &[u8]) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_roce"))
+        .arg("decode")
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("running roce");
+    let mut stdin = child.stdin.take().expect("a pipe");
+    // Written from another thread: roce may print before it has read everything.
+    let input = input.to_vec();
+    let writer = std::thread::spawn(move || stdin.write_all(&input));
+    let output = child.wait_with_output().expect("roce's output");
+    writer
+        .join()
+        .expect("the writer")
+        .expect("writing the capture");
+    output
+}
+
+#[test]
+fn a_capture_on_standard_input_decodes_as_the_file_does_pcap_and_pcapng() {
+    for name in ["every-opcode-ipv4.pcap", "two-interfaces.pcapng"] {
+        let path = captures_dir().join(name);
+        let bytes = std::fs::read(&path).expect("reading");
+        for args in [&[][..], &["-v"], &["--json"]] {
+            let from_file = roce(args, &[&path]);
+            let mut with_dash: Vec<&str> = args.to_vec();
+            with_dash.push("-");
+            let from_stdin = roce_stdin(&with_dash, &bytes);
+            assert!(from_stdin.status.success(), "{}", stderr(&from_stdin));
+            assert_eq!(stdout(&from_stdin), stdout(&from_file), "{name} {args:?}");
+        }
+    }
+    // With a file beside it, standard input is headed by that name.
+    let path = captures_dir().join("padding.pcap");
+    let bytes = std::fs::read(captures_dir().join("aeth-syndromes.pcap")).expect("reading");
+    let path_arg = path.to_str().expect("a UTF-8 path");
+    let both = roce_stdin(&[path_arg, "-"], &bytes);
+    assert!(both.status.success(), "{}", stderr(&both));
+    assert!(
+        stdout(&both).contains("\nstandard input:\n"),
+        "{}",
+        stdout(&both)
+    );
+    // Nothing, or text, on standard input is refused by name.
+    for input in [&b""[..], b"not a capture\n"] {
+        let refused = roce_stdin(&["-"], input);
+        assert_eq!(refused.status.code(), Some(2));
+        assert_eq!(
+            stderr(&refused),
+            "roce: standard input: not a pcap or pcapng capture\n"
+        );
+    }
+}
+
+#[test]
+fn json_names_the_opcode_beside_its_number() {
+    let output = roce(
+        &["--json"],
+        &[&captures_dir().join("every-opcode-ipv4.pcap")],
+    );
+    assert!(output.status.success(), "{}", stderr(&output));
+    let mut names = Vec::new();
+    for line in stdout(&output).lines() {
+        let v: serde_json::Value = serde_json::from_str(line).expect("JSON");
+        let opcode = v["infiniband.bth.opcode"].as_u64().expect("an opcode");
+        let name = v["roce.bth.opcode_name"].as_str().expect("its name");
+        let expected = roce_wire::Opcode::from_u8(opcode as u8)
+            .expect("an opcode")
+            .to_string();
+        assert_eq!(name, expected);
+        names.push(name.to_owned());
+    }
+    assert!(names.contains(&"UD SEND_ONLY_WITH_IMMEDIATE".to_owned()));
+    assert!(names.contains(&"CNP".to_owned()));
+}
+
+#[test]
+fn a_cnp_is_named_and_its_ecn_bits_shown() {
+    let Some(path) = shared("connectx4lx-cnp.pcap") else {
+        return;
+    };
+    let output = roce(&[], &[&path]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    // DSCP 48 (CS6) and ECT(0), as tshark reads the IP header; BECN set, 16 reserved bytes.
+    assert_eq!(
+        stdout(&output).lines().next(),
+        Some("    1   0.000000 10.0.17.1 → 10.0.18.1 DSCP=48 ECN=ECT(0) CNP QP=0x000118 PSN=0 BECN ICRC ok")
+    );
+    assert!(stdout(&output).ends_with("        1  CNP\n"));
+    let json = roce(&["--json"], &[&path]);
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("JSON");
+    assert_eq!(v["roce.bth.opcode_name"], "CNP");
+    assert_eq!(v["ip.dsfield.ecn"], 2);
+    assert_eq!(v["roce.bth.becn"], true);
+}
+
+#[test]
+fn decoding_on_several_threads_keeps_the_capture_order() {
+    // Enough records for many batches, so that the workers finish them out of order.
+    let frames: Vec<Vec<u8>> = bundled::endless_frames().take(20_000).collect();
+    let (_dir, path) = capture_of(&frames);
+    for args in [&[][..], &["--json"], &["-v"]] {
+        let mut one: Vec<&str> = args.to_vec();
+        one.extend(["--threads", "1"]);
+        let mut four: Vec<&str> = args.to_vec();
+        four.extend(["--threads", "4"]);
+        let (a, b) = (roce(&one, &[&path]), roce(&four, &[&path]));
+        assert!(a.status.success() && b.status.success());
+        assert_eq!(stdout(&a), stdout(&b), "{args:?}");
+        assert_eq!(stderr(&a), stderr(&b), "{args:?}");
+    }
+    let json = roce(&["--json", "--threads", "3"], &[&path]);
+    let numbers: Vec<u64> = stdout(&json)
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["frame.number"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(numbers, (1..=20_000).collect::<Vec<u64>>());
+}
+
+#[test]
+fn a_reader_that_goes_away_ends_the_decode_quietly() {
+    let frames: Vec<Vec<u8>> = bundled::endless_frames().take(50_000).collect();
+    let (_dir, path) = capture_of(&frames);
+    for args in [&[][..], &["--json"]] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_roce"))
+            .arg("decode")
+            .args(args)
+            .arg(&path)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("running roce");
+        let mut stdout = child.stdout.take().expect("a pipe");
+        let mut first = [0u8; 100];
+        std::io::Read::read_exact(&mut stdout, &mut first).expect("some output");
+        drop(stdout);
+        let output = child.wait_with_output().expect("roce ends");
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+        assert_eq!(stderr(&output), "", "{args:?}");
+    }
+}
+
+#[test]
+fn a_live_capture_on_standard_input_shows_each_packet_as_it_arrives() {
+    use std::io::{BufRead, Write};
+    // The capture's header and first packet, then (once that packet is shown) the second.
+    let bytes = std::fs::read(captures_dir().join("aeth-syndromes.pcap")).expect("reading");
+    let first_end = 24 + 16 + 62;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_roce"))
+        .args(["decode", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("running roce");
+    let mut stdin = child.stdin.take().expect("a pipe");
+    let stdout = child.stdout.take().expect("a pipe");
+    let (lines_tx, lines) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            if lines_tx.send(line.expect("UTF-8")).is_err() {
+                return;
+            }
+        }
+    });
+    stdin.write_all(&bytes[..first_end]).expect("writing");
+    stdin.flush().expect("flushing");
+    let limit = std::time::Duration::from_secs(30);
+    let first = lines
+        .recv_timeout(limit)
+        .expect("the first packet, before any other is sent");
+    assert!(first.starts_with("    1 "), "{first}");
+    stdin.write_all(&bytes[first_end..]).expect("writing");
+    drop(stdin);
+    let rest: Vec<String> = lines.iter().collect();
+    assert!(rest.iter().any(|l| l.starts_with("   16 ")), "{rest:?}");
+    assert!(child.wait().expect("roce ends").success());
+    reader.join().expect("the reader");
 }

@@ -154,7 +154,7 @@ fn nic_errors_are_one_clear_line() {
     assert_fails(
         &nic(&a.name, "10.0.0.1", "tap0"),
         2,
-        "--link \"tap0\" is not a link: use cable:LOCAL_UDP_ADDR,REMOTE_UDP_ADDR or iface:IFNAME",
+        "--link \"tap0\" is not a link: use cable:LOCAL_UDP_ADDR,REMOTE_UDP_ADDR, iface:IFNAME or shm:NAME",
     );
     assert_fails(
         &nic(&a.name, "10.0.0.1", "cable:127.0.0.1:1"),

@@ -252,6 +252,37 @@ fn every_subcommand_ends_cleanly_when_its_reader_goes_away() {
         &["perftest", "write_bw", "--nic", &a.name, "--timeout", "1"],
         nothing,
     );
+    covered.push("switch");
+    let port = format!("127.0.0.1:{},127.0.0.1:9", free_udp_port());
+    both_readers(&env, "switch", &["switch", "--port", &port], |pid| {
+        // It runs on with nobody reading, until it is told to stop.
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(std::fs::metadata(format!("/proc/{pid}")).is_ok());
+        term(pid);
+    });
+    covered.push("fabric");
+    let topology = env.dir.join("pipes.fabric");
+    std::fs::write(
+        &topology,
+        format!("switch\nnic {} 10.79.0.9/24\n", env.name("f")),
+    )
+    .unwrap();
+    let state = env.dir.join("roce/fabric/pipes/fabric.json");
+    both_readers(
+        &env,
+        "fabric up",
+        &["fabric", "up", topology.to_str().unwrap()],
+        |pid| {
+            eventually("the fabric's state file", || state.exists());
+            std::thread::sleep(Duration::from_millis(200));
+            assert!(std::fs::metadata(format!("/proc/{pid}")).is_ok());
+            term(pid);
+            eventually("the fabric down", || !state.exists());
+        },
+    );
+    // Nothing up: one clean error line each.
+    both_readers(&env, "fabric status", &["fabric", "status"], nothing);
+    both_readers(&env, "fabric down", &["fabric", "down"], nothing);
     covered.push("completions");
     for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
         both_readers(&env, "completions", &["completions", shell], nothing);

@@ -81,7 +81,7 @@ fn skipped(block: &Block) -> Option<&'static str> {
     if block.rust {
         return Some("a Rust fragment of the verbs API, not a command");
     }
-    let reasons: [(&str, &str); 9] = [
+    let reasons: [(&str, &str); 10] = [
         (
             "tests/interop/softroce-vm",
             "needs the QEMU guest (cli/tests/softroce.rs runs it)",
@@ -114,6 +114,10 @@ fn skipped(block: &Block) -> Option<&'static str> {
         (
             "cargo test -p roce-cli --test softroce",
             "needs the QEMU guest",
+        ),
+        (
+            "switch --rate",
+            "a topology file for roce fabric up, not a command (cli/tests/fabric.rs runs fabrics)",
         ),
     ];
     reasons
@@ -353,6 +357,23 @@ fn every_readme_block_runs_as_shown() {
     let excerpt = readme.next("1. The target registers memory");
     let lines: Vec<String> = excerpt.text.lines().map(str::to_owned).collect();
     shows(&lines, &out, true, "roce demo");
+
+    // The two lessons, and the excerpts of what they print.
+    for (command, excerpt) in [
+        ("roce demo --scenario tcp-vs-rdma", "receiver        TCP "),
+        ("roce demo --scenario allreduce", "host 0  "),
+    ] {
+        let block = readme.next(command);
+        let (status, out, err) = roce_run(&roce_args(&block.text, &names));
+        assert!(status.success(), "{err}");
+        let lines: Vec<String> = readme
+            .next(excerpt)
+            .text
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        shows(&lines, &out, true, command);
+    }
 
     // Decode captures: the lines shown come from the two captures named.
     let block =

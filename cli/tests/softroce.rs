@@ -36,6 +36,7 @@ fn pingpongs_at_path_mtu_1024() {
         link_mtu: 1500,
         faults: None,
         capture_each: false,
+        via_switch: false,
         scenarios: scenarios(&[
             (Pingpong("rc"), "-n 100 -s 1"),
             (Pingpong("rc"), "-n 100 -s 64"),
@@ -84,6 +85,7 @@ fn perftest_at_path_mtu_1024() {
         link_mtu: 1500,
         faults: None,
         capture_each: false,
+        via_switch: false,
         scenarios: list,
     });
 }
@@ -95,6 +97,7 @@ fn path_mtu_4096() {
         link_mtu: 4200,
         faults: None,
         capture_each: false,
+        via_switch: false,
         scenarios: scenarios(&[
             (Pingpong("rc"), "-n 100 -s 16384 -m 4096"),
             (Pingpong("ud"), "-n 100 -s 4096"),
@@ -142,6 +145,31 @@ fn transfers_survive_loss_and_reordering() {
         link_mtu: 1500,
         faults: Some("drop=0.02,reorder=0.02,seed=4791"),
         capture_each: false,
+        via_switch: false,
+        scenarios: list,
+    });
+}
+
+/// The same tools with a `roce switch` between the guest and our NIC: the switch learns both
+/// MACs, forwards ARP and RoCE alike, and both sides see exactly what they saw on a direct
+/// cable (one guest boot).
+#[test]
+fn through_a_roce_switch() {
+    let mut list = scenarios(&[
+        (Pingpong("rc"), "-n 100 -s 4096"),
+        (Pingpong("ud"), "-n 100 -s 1024"),
+        (Perftest("write_bw"), "-s 65536 -n 200"),
+        (Perftest("read_bw"), "-s 65536 -n 200"),
+        (Perftest("send_bw"), "-s 65536 -n 200"),
+        (Perftest("atomic_bw"), "-n 300"),
+    ]);
+    list.push(Scenario::new(Perftest("read_lat"), "-s 8192 -n 100", true));
+    interop::run(&Group {
+        name: "switch",
+        link_mtu: 1500,
+        faults: None,
+        capture_each: false,
+        via_switch: true,
         scenarios: list,
     });
 }
@@ -173,6 +201,7 @@ fn captures_of_every_opcode_rxe_sends() {
         link_mtu: 1500,
         faults: None,
         capture_each: true,
+        via_switch: false,
         scenarios: list,
     });
     if captures.is_empty() {
@@ -234,4 +263,39 @@ fn committed_captures_hold_real_rxe_frames_and_their_field_dumps() {
             pcap.display()
         );
     }
+}
+
+/// Two guests, no NIC of ours: the RDMA CM's tools connect one rxe to the other through the
+/// kernels' CMs, every message of a handshake on the wire — REJ for an unused port, MRA from a
+/// server slow to accept, SIDR for a UD port — as `interop::pair::check` lists. With
+/// `ROCE_REGENERATE_CAPTURES=1` the capture replaces `captures/softroce/two-guests/`.
+#[test]
+fn rdma_cm_handshakes_between_two_guests() {
+    let Some(pcap) = interop::pair::record() else {
+        return;
+    };
+    let count = interop::pair::check(&pcap);
+    eprintln!("CM messages between two rxe guests: {count:?}");
+    let strict = std::process::Command::new(env!("CARGO_BIN_EXE_roce"))
+        .args(["decode", "--strict"])
+        .arg(&pcap)
+        .output()
+        .expect("running roce decode");
+    assert!(strict.status.success(), "{strict:?}");
+    if interop::captures::regenerate() {
+        interop::pair::commit(&pcap);
+    }
+}
+
+/// The committed capture of two guests' handshakes (no guest needed) holds what a new run
+/// would, message by message, with its field dump beside it.
+#[test]
+fn the_committed_rdma_cm_capture_holds_every_handshake_message() {
+    let pcap = interop::captures::committed_dir().join(interop::pair::COMMITTED);
+    interop::pair::check(&pcap);
+    let dump = std::fs::read_to_string(pcap.with_extension("fields.txt")).expect("its field dump");
+    assert!(dump
+        .lines()
+        .next()
+        .is_some_and(|h| h.ends_with("infiniband.cm.req.remoteqpneecn")));
 }

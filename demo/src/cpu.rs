@@ -3,8 +3,11 @@
 //! Read from /proc, as `ps` and `top` do: user and system time in clock ticks (`utime` and
 //! `stime` of `/proc/PID/stat`), the nanoseconds on a CPU the scheduler counts
 //! (`/proc/PID/task/*/schedstat`, far finer than ticks), and the voluntary and involuntary
-//! context switches of every thread (`/proc/PID/task/*/status`).
+//! context switches of every thread (`/proc/PID/task/*/status`); and, for the timelines, the
+//! time on a CPU sampled every millisecond or so ([`Sampler`]).
 
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -29,6 +32,9 @@ pub enum Whom {
 pub struct CpuUse {
     /// utime + stime, in clock ticks.
     pub ticks: u64,
+    /// utime and stime apart: in the program, and in the kernel on its behalf.
+    pub user_ticks: u64,
+    pub system_ticks: u64,
     /// Time on a CPU by the scheduler's count.
     pub on_cpu: Duration,
     pub voluntary_switches: u64,
@@ -38,12 +44,17 @@ pub struct CpuUse {
 impl CpuUse {
     /// utime + stime in seconds.
     pub fn seconds(&self) -> f64 {
-        self.ticks as f64 / procfs::ticks_per_second() as f64
+        ticks_to_seconds(self.ticks)
     }
 
     pub fn switches(&self) -> (u64, u64) {
         (self.voluntary_switches, self.involuntary_switches)
     }
+}
+
+/// Clock ticks (of utime and stime) in seconds.
+pub fn ticks_to_seconds(ticks: u64) -> f64 {
+    ticks as f64 / procfs::ticks_per_second() as f64
 }
 
 fn proc_error(e: procfs::ProcError) -> DemoError {
@@ -58,6 +69,8 @@ pub fn measure(whom: Whom) -> Result<CpuUse, DemoError> {
             let stat = process.stat().map_err(proc_error)?;
             let mut total = CpuUse {
                 ticks: stat.utime + stat.stime,
+                user_ticks: stat.utime,
+                system_ticks: stat.stime,
                 on_cpu: Duration::ZERO,
                 voluntary_switches: 0,
                 involuntary_switches: 0,
@@ -87,10 +100,34 @@ fn task_use(task: &Task) -> Result<CpuUse, DemoError> {
     let schedstat = task.schedstat().map_err(proc_error)?;
     Ok(CpuUse {
         ticks: stat.utime + stat.stime,
+        user_ticks: stat.utime,
+        system_ticks: stat.stime,
         on_cpu: Duration::from_nanos(schedstat.sum_exec_runtime),
         voluntary_switches: status.voluntary_ctxt_switches.unwrap_or(0),
         involuntary_switches: status.nonvoluntary_ctxt_switches.unwrap_or(0),
     })
+}
+
+/// The calling thread's CPU time so far (its CPU clock: the same count as its `schedstat`,
+/// without reading a file).
+pub fn thread_cpu() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
+/// The thread of this process named `name` (as `/proc/self/task/*/comm` shows it: cut to 15
+/// bytes), if there is one.
+pub fn thread_named(name: &str) -> Option<i32> {
+    let name = &name.as_bytes()[..name.len().min(15)];
+    Process::myself()
+        .and_then(|me| me.tasks())
+        .ok()?
+        .flatten()
+        .find(|task| {
+            std::fs::read(format!("/proc/self/task/{}/comm", task.tid))
+                .is_ok_and(|comm| comm.strip_suffix(b"\n").unwrap_or(&comm) == name)
+        })
+        .map(|task| task.tid)
 }
 
 /// The state (`R`, `S`, `T`...) of each thread of `whom`; empty if it is gone.
@@ -134,32 +171,85 @@ pub struct Sample {
 /// seconds (or however long `--step` waits).
 const MAX_SAMPLES: usize = 200_000;
 
-/// Reads the target's CPU time every millisecond, for the timeline of the HTML page.
+/// The `schedstat` files of one measured party's threads, opened once and read again at every
+/// sample: a system call per thread and sample, so that sampling every millisecond costs
+/// little. Threads that start later are not counted; the parties' threads are all there by the
+/// time anything is measured.
+struct Schedstats {
+    files: Vec<File>,
+    /// The last value read from each, kept if its thread ends.
+    last: Vec<Duration>,
+}
+
+impl Schedstats {
+    fn open(whom: Whom) -> Schedstats {
+        let paths: Vec<String> = match whom {
+            Whom::Thread(tid) => vec![format!("/proc/self/task/{tid}/schedstat")],
+            Whom::Process(pid) => Process::new(pid)
+                .and_then(|p| p.tasks())
+                .map(|tasks| {
+                    tasks
+                        .flatten()
+                        .map(|t| format!("/proc/{pid}/task/{}/schedstat", t.tid))
+                        .collect()
+                })
+                .unwrap_or_default(),
+        };
+        let files: Vec<File> = paths.iter().filter_map(|p| File::open(p).ok()).collect();
+        Schedstats {
+            last: vec![Duration::ZERO; files.len()],
+            files,
+        }
+    }
+
+    /// The threads' time on a CPU, summed.
+    fn on_cpu(&mut self) -> Duration {
+        let mut buf = [0u8; 96];
+        for (file, last) in self.files.iter().zip(&mut self.last) {
+            let Ok(n) = file.read_at(&mut buf, 0) else {
+                continue;
+            };
+            let first = buf[..n].split(|b| b.is_ascii_whitespace()).next();
+            if let Some(ns) = first
+                .and_then(|f| std::str::from_utf8(f).ok())
+                .and_then(|f| f.parse::<u64>().ok())
+            {
+                *last = Duration::from_nanos(ns);
+            }
+        }
+        self.last.iter().sum()
+    }
+}
+
+/// Reads the time on a CPU of one or more parties every `period`, on a thread of its own: for
+/// the timelines of the HTML page.
 pub struct Sampler {
-    samples: Arc<Mutex<Vec<Sample>>>,
+    samples: Arc<Mutex<Vec<Vec<Sample>>>>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Sampler {
-    pub fn start(whom: Whom, period: Duration) -> Sampler {
-        let samples = Arc::new(Mutex::new(Vec::new()));
+    pub fn start(whoms: &[Whom], period: Duration) -> Sampler {
+        let mut parties: Vec<Schedstats> = whoms.iter().map(|w| Schedstats::open(*w)).collect();
+        let samples = Arc::new(Mutex::new(vec![Vec::new(); whoms.len()]));
         let stop = Arc::new(AtomicBool::new(false));
         let (out, done) = (Arc::clone(&samples), Arc::clone(&stop));
-        let thread = std::thread::spawn(move || {
-            while !done.load(Ordering::Relaxed) {
-                let Ok(cpu) = measure(whom) else { break };
-                let mut samples = out.lock().unwrap_or_else(|e| e.into_inner());
-                if samples.len() >= MAX_SAMPLES {
-                    break;
+        let thread = std::thread::spawn(move || loop {
+            let at = since_epoch();
+            let values: Vec<Duration> = parties.iter_mut().map(Schedstats::on_cpu).collect();
+            let mut samples = out.lock().unwrap_or_else(|e| e.into_inner());
+            for (party, on_cpu) in samples.iter_mut().zip(values) {
+                if party.len() < MAX_SAMPLES {
+                    party.push(Sample { at, on_cpu });
                 }
-                samples.push(Sample {
-                    at: since_epoch(),
-                    on_cpu: cpu.on_cpu,
-                });
-                drop(samples);
-                std::thread::sleep(period);
             }
+            drop(samples);
+            // One last sample once told to stop, so that the lines reach the end.
+            if done.load(Ordering::Relaxed) {
+                break;
+            }
+            std::thread::sleep(period);
         });
         Sampler {
             samples,
@@ -168,8 +258,8 @@ impl Sampler {
         }
     }
 
-    /// Stops sampling and returns the samples.
-    pub fn finish(mut self) -> Vec<Sample> {
+    /// Stops sampling and returns each party's samples, in the order given.
+    pub fn finish(mut self) -> Vec<Vec<Sample>> {
         self.stop_thread();
         std::mem::take(&mut *self.samples.lock().unwrap_or_else(|e| e.into_inner()))
     }
@@ -215,16 +305,36 @@ mod tests {
         std::thread::sleep(Duration::from_millis(50));
         assert_eq!(measure(whom).unwrap(), before, "blocked on a channel");
         go_tx.send(()).unwrap();
-        let sampler = Sampler::start(whom, Duration::from_millis(1));
+        let sampler = Sampler::start(&[whom], Duration::from_millis(1));
         std::thread::sleep(Duration::from_millis(10));
         let during = measure(whom).unwrap();
         worker.join().unwrap();
         assert!(during.on_cpu > before.on_cpu);
-        let samples = sampler.finish();
+        let samples = sampler.finish().remove(0);
         assert!(samples.len() >= 2);
         assert!(samples
             .windows(2)
             .all(|w| w[0].at <= w[1].at && w[0].on_cpu <= w[1].on_cpu));
+    }
+
+    #[test]
+    fn threads_are_found_by_name() {
+        let (tid_tx, tid_rx) = mpsc::channel();
+        let (end_tx, end_rx) = mpsc::channel::<()>();
+        let named = std::thread::Builder::new()
+            .name("cpu-test-a-long-thread-name".into())
+            .spawn(move || {
+                tid_tx
+                    .send(rustix::thread::gettid().as_raw_nonzero().get())
+                    .unwrap();
+                let _ = end_rx.recv();
+            })
+            .unwrap();
+        let tid = tid_rx.recv().unwrap();
+        assert_eq!(thread_named("cpu-test-a-long-thread-name"), Some(tid));
+        assert_eq!(thread_named("no-such-thread"), None);
+        drop(end_tx);
+        named.join().unwrap();
     }
 
     #[test]

@@ -17,7 +17,13 @@
 //! [`target_host`] is the target program, [`play`] runs a scenario and tells it as a [`story`] of
 //! beats, which [`text`] renders for a terminal and [`html`] as a page with a ladder diagram,
 //! a memory map and a CPU timeline.
+//!
+//! Two scenarios are lessons of their own: [`tcp_vs_rdma`] moves the same bytes over a kernel
+//! TCP socket and by RDMA WRITE and shows what each costs the receiver's CPU; [`allreduce`]
+//! runs the ring all-reduce of AI training between N hosts, each with its own NIC, through a
+//! switch (`roce switch`), the demo tapping every cable.
 
+pub mod allreduce;
 pub mod cpu;
 pub mod events;
 pub mod html;
@@ -28,6 +34,7 @@ pub mod scenario;
 pub mod side;
 pub mod story;
 pub mod target_host;
+pub mod tcp_vs_rdma;
 pub mod text;
 pub mod wire;
 

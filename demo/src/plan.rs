@@ -29,6 +29,11 @@ pub const COUNTER_ADD: u64 = 1;
 pub const SEND_RNR_TIMER: u8 = 24;
 /// The RNR timer of the other scenarios (0.64 ms, the verbs default).
 pub const DEFAULT_RNR_TIMER: u8 = 12;
+/// What `tcp-vs-rdma` moves each way without `--size`: enough for the receiver's CPU time to
+/// show in /proc's 10 ms ticks, not only in the scheduler's nanoseconds.
+pub const COMPARED_SIZE: usize = 64 << 20;
+/// The largest `--size` of `tcp-vs-rdma`: its receiver holds the bytes twice.
+pub const MAX_COMPARED_SIZE: usize = 1 << 30;
 
 const WRITE_TEXT: &[u8] = b"Hello, target! RDMA WRITE put these bytes here while you did nothing.";
 const READ_TEXT: &[u8] =
@@ -123,6 +128,12 @@ impl Payload {
     }
 }
 
+/// Where `tcp-vs-rdma`'s TCP copy of `len` bytes lands in the receiver's memory: after the
+/// RDMA copy (at [`OFFSET`]), at the same offset into the next page.
+pub fn tcp_offset(len: usize) -> u64 {
+    (OFFSET + len as u64).next_multiple_of(4096) + OFFSET
+}
+
 /// Bytes made or compared at a time.
 const CHUNK: usize = 1 << 20;
 
@@ -145,6 +156,11 @@ impl Plan {
     /// The plan for `scenario`, moving `size` bytes instead of its sentence if given.
     pub fn new(scenario: Scenario, size: Option<usize>) -> Result<Plan, DemoError> {
         let payload = match (scenario, size) {
+            (Scenario::Allreduce, _) => {
+                return Err(DemoError::failed(
+                    "the allreduce scenario has no plan for two hosts",
+                ))
+            }
             (Scenario::Atomic | Scenario::Loss, Some(_)) => {
                 return Err(DemoError::Usage(format!(
                     "--size does not apply to the {scenario} scenario (it moves what it needs)"
@@ -154,6 +170,13 @@ impl Plan {
             (_, Some(n)) if n > MAX_SIZE => {
                 return Err(DemoError::Usage("--size is at most 2G".into()))
             }
+            (Scenario::TcpVsRdma, Some(n)) if n > MAX_COMPARED_SIZE => {
+                return Err(DemoError::Usage(
+                    "--size is at most 1G for tcp-vs-rdma (its receiver holds the bytes twice)"
+                        .into(),
+                ))
+            }
+            (Scenario::TcpVsRdma, None) => Payload::Pattern(COMPARED_SIZE),
             (_, Some(n)) => Payload::Pattern(n),
             (Scenario::Write, None) => Payload::Text(WRITE_TEXT),
             (Scenario::Read, None) => Payload::Text(READ_TEXT),
@@ -169,14 +192,17 @@ impl Plan {
         };
         let end = match scenario {
             Scenario::Atomic => COUNTER_OFFSET as usize + 8,
+            Scenario::TcpVsRdma => tcp_offset(payload.len()) as usize + payload.len(),
             _ => OFFSET as usize + payload.len(),
         };
         let access = Access::LOCAL_WRITE
             | match scenario {
-                Scenario::Write | Scenario::Loss | Scenario::Imm => Access::REMOTE_WRITE,
+                Scenario::Write | Scenario::Loss | Scenario::Imm | Scenario::TcpVsRdma => {
+                    Access::REMOTE_WRITE
+                }
                 Scenario::Read => Access::REMOTE_READ,
                 Scenario::Atomic => Access::REMOTE_ATOMIC,
-                Scenario::Send => Access::empty(),
+                Scenario::Send | Scenario::Allreduce => Access::empty(),
             };
         Ok(Plan {
             scenario,
@@ -221,7 +247,7 @@ mod tests {
 
     #[test]
     fn every_scenario_has_a_plan_that_fits_its_region() {
-        for scenario in Scenario::ALL {
+        for scenario in Scenario::ALL.into_iter().filter(|s| s.is_pair()) {
             let plan = Plan::new(scenario, None).unwrap();
             assert!(plan.region_len >= MIN_REGION);
             assert!(plan.offset as usize + plan.payload.len() <= plan.region_len);
@@ -249,6 +275,20 @@ mod tests {
     }
 
     #[test]
+    fn tcp_vs_rdma_holds_both_copies_apart() {
+        let plan = Plan::new(Scenario::TcpVsRdma, None).unwrap();
+        assert_eq!(plan.payload, Payload::Pattern(COMPARED_SIZE));
+        let tcp = tcp_offset(COMPARED_SIZE);
+        assert!(tcp >= plan.offset + COMPARED_SIZE as u64);
+        assert_eq!(tcp % 4096, OFFSET);
+        assert!(tcp as usize + COMPARED_SIZE <= plan.region_len);
+        assert!(plan.access.contains(Access::REMOTE_WRITE));
+        let small = Plan::new(Scenario::TcpVsRdma, Some(100)).unwrap();
+        assert_eq!(tcp_offset(100), 4096 + OFFSET);
+        assert_eq!(small.region_len, MIN_REGION);
+    }
+
+    #[test]
     fn sizes_that_cannot_work_are_refused_in_one_line() {
         for (scenario, size, message) in [
             (
@@ -258,6 +298,11 @@ mod tests {
             ),
             (Scenario::Write, 0, "--size must be at least 1 byte"),
             (Scenario::Write, MAX_SIZE + 1, "--size is at most 2G"),
+            (
+                Scenario::TcpVsRdma,
+                MAX_COMPARED_SIZE + 1,
+                "--size is at most 1G for tcp-vs-rdma (its receiver holds the bytes twice)",
+            ),
         ] {
             let e = Plan::new(scenario, Some(size)).unwrap_err();
             assert_eq!(e.to_string(), message);

@@ -12,16 +12,20 @@ pub enum Scenario {
     Atomic,
     Loss,
     Imm,
+    TcpVsRdma,
+    Allreduce,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 6] = [
+    pub const ALL: [Scenario; 8] = [
         Scenario::Write,
         Scenario::Read,
         Scenario::Send,
         Scenario::Atomic,
         Scenario::Loss,
         Scenario::Imm,
+        Scenario::TcpVsRdma,
+        Scenario::Allreduce,
     ];
 
     pub fn name(self) -> &'static str {
@@ -32,6 +36,8 @@ impl Scenario {
             Scenario::Atomic => "atomic",
             Scenario::Loss => "loss",
             Scenario::Imm => "imm",
+            Scenario::TcpVsRdma => "tcp-vs-rdma",
+            Scenario::Allreduce => "allreduce",
         }
     }
 
@@ -65,7 +71,19 @@ impl Scenario {
             Scenario::Imm => "RDMA WRITE with immediate: the sleeping target is woken by a \
                  completion once the data is in place"
                 .to_owned(),
+            Scenario::TcpVsRdma => "the same bytes over a kernel TCP socket and by RDMA WRITE: \
+                 what each costs the receiving computer's CPU"
+                .to_owned(),
+            Scenario::Allreduce => "ring all-reduce over RDMA WRITE with immediate, as AI \
+                 training does: every host ends with the sum, its CPU only adding"
+                .to_owned(),
         }
+    }
+
+    /// Whether the scenario is one operation between an initiator and a target (the others
+    /// are lessons of their own: [`crate::tcp_vs_rdma`], [`crate::allreduce`]).
+    pub fn is_pair(self) -> bool {
+        !matches!(self, Scenario::TcpVsRdma | Scenario::Allreduce)
     }
 
     /// Whether the target stays frozen (SIGSTOP) while the NICs do the work: true for the
@@ -111,7 +129,8 @@ mod tests {
         }
         assert_eq!(
             "writ".parse::<Scenario>(),
-            Err("\"writ\" is not a scenario (known: write, read, send, atomic, loss, imm)".into())
+            Err("\"writ\" is not a scenario (known: write, read, send, atomic, loss, imm, tcp-vs-rdma, \
+             allreduce)".into())
         );
     }
 }

@@ -29,6 +29,9 @@ pub enum Beat {
     },
     /// Something checked, and whether it held.
     Proof { held: bool, text: String },
+    /// Figures measured, named in snake_case with their unit (`on_cpu_ns`), for scripts
+    /// (`roce demo --json`); the narration tells the same in words.
+    Figures(serde_json::Map<String, serde_json::Value>),
     /// The step is over: `--step` waits here.
     EndOfStep,
 }
@@ -100,6 +103,13 @@ impl<'o> Story<'o> {
         held
     }
 
+    /// Tells figures, given as a JSON object (anything else is not figures, and dropped).
+    pub fn figures(&mut self, figures: serde_json::Value) {
+        if let serde_json::Value::Object(map) = figures {
+            self.tell(Beat::Figures(map));
+        }
+    }
+
     pub fn progress(&mut self, done: u64, total: u64) {
         self.observer.progress(done, total);
     }
@@ -138,6 +148,8 @@ mod tests {
         story.step("one");
         story.proof(true, "it held");
         story.step("two");
+        story.figures(serde_json::json!({"figures": "x", "on_cpu_ns": 5}));
+        story.figures(serde_json::json!(["not", "figures"]));
         story.end_step();
         story.end_step();
         let kept = story.beats().to_vec();
@@ -160,6 +172,12 @@ mod tests {
                     number: 2,
                     title: "two".into()
                 },
+                Beat::Figures(
+                    serde_json::json!({"figures": "x", "on_cpu_ns": 5})
+                        .as_object()
+                        .unwrap()
+                        .clone()
+                ),
                 Beat::EndOfStep,
             ]
         );

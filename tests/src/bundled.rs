@@ -22,9 +22,12 @@ use pcap_file::pcapng::PcapNgWriter;
 use pcap_file::{DataLink, Endianness, TsResolution};
 use roce_wire::aeth::{self, NakCode, Syndrome};
 use roce_wire::capture::Writer;
+use roce_wire::cm::{self, Message, MessageKind, Path, PrivateData, ServiceType};
+use roce_wire::cma::{self, PortSpace};
 use roce_wire::{
-    atomic_ack_eth, atomic_eth, bth, deth, feth, ieth, immdt, reth, EthernetAddress, EthernetRepr,
-    Extensions, FrameRepr, Ipv4Address, Ipv6Address, Kind, NetworkRepr, Opcode, Transport, VlanTag,
+    atomic_ack_eth, atomic_eth, bth, deth, feth, ieth, immdt, mad, reth, EthernetAddress,
+    EthernetRepr, Extensions, FrameRepr, Ipv4Address, Ipv6Address, Kind, NetworkRepr, Opcode,
+    Transport, VlanTag,
 };
 use smoltcp::phy::ChecksumCapabilities;
 use smoltcp::wire::{
@@ -47,6 +50,7 @@ pub fn all() -> Vec<Capture> {
         capture("every-opcode-rocev1.pcap", every_opcode(|i| (grh(i), None))),
         capture("padding.pcap", padding()),
         capture("aeth-syndromes.pcap", aeth_syndromes()),
+        capture("cm-messages.pcap", cm_messages()),
         Capture {
             path: "linux-cooked-sll.pcap",
             bytes: cooked(DataLink::LINUX_SLL),
@@ -319,6 +323,328 @@ fn aeth_syndromes() -> Vec<Vec<u8>> {
             emit(&repr)
         })
         .collect()
+}
+
+/// The GID of an IPv4 address, as RoCE forms it: `::ffff:a.b.c.d`.
+fn mapped(ip: Ipv4Address) -> Ipv6Address {
+    ip.to_ipv6_mapped()
+}
+
+/// The IPv4 endpoints of the CM captures (the Soft-RoCE guests' addresses).
+const CM_ACTIVE: Ipv4Address = Ipv4Address::new(10, 77, 0, 2);
+const CM_PASSIVE: Ipv4Address = Ipv4Address::new(10, 77, 0, 1);
+
+/// The CM frame that travels over IPv6 (the REQ with an IPv6 RDMA CM header); the others go
+/// over IPv4.
+const CM_OVER_IPV6: usize = 6;
+
+fn cm_network(i: usize, from_active: bool) -> NetworkRepr {
+    if i == CM_OVER_IPV6 {
+        return NetworkRepr::Ipv6 {
+            src: gid(1),
+            dst: gid(2),
+            traffic_class: 0,
+            flow_label: 0x12345,
+            hop_limit: 64,
+            udp_src_port: 0xc000 + i as u16,
+        };
+    }
+    let (src, dst) = if from_active {
+        (CM_ACTIVE, CM_PASSIVE)
+    } else {
+        (CM_PASSIVE, CM_ACTIVE)
+    };
+    NetworkRepr::Ipv4 {
+        src,
+        dst,
+        dscp: 0,
+        ecn: 0,
+        ident: 0x100 + i as u16,
+        ttl: 64,
+        udp_src_port: 0xc000 + i as u16,
+    }
+}
+
+/// A primary path whose every field has a value of its own, so a decoder that reads one from
+/// the wrong bits disagrees.
+fn cm_path(local: Ipv6Address, remote: Ipv6Address, i: u32) -> Path {
+    Path {
+        local_lid: 0xffff,
+        remote_lid: 0xfffe - i as u16,
+        local_gid: local,
+        remote_gid: remote,
+        flow_label: 0x1_2345 + i,
+        packet_rate: 0x25,
+        traffic_class: 0x60 + i as u8,
+        hop_limit: 64,
+        sl: 5,
+        subnet_local: true,
+        local_ack_timeout: 18,
+    }
+}
+
+fn cm_req(i: u32, service_id: u64, private_data: PrivateData<92>, paths: (Path, Path)) -> Message {
+    Message::Req(cm::req::Repr {
+        local_comm_id: 0x1a2b_3c00 + i,
+        service_id,
+        local_ca_guid: 0x5054_00ff_fe4d_0002,
+        local_q_key: 0x0101_0000 + i,
+        local_qpn: 0x11 + i,
+        responder_resources: 3,
+        local_eecn: 0x00_0102,
+        initiator_depth: 5,
+        remote_eecn: 0x00_0304,
+        remote_cm_response_timeout: 20,
+        transport: ServiceType::Uc,
+        end_to_end_flow_control: true,
+        starting_psn: 0x4a_bcde + i,
+        local_cm_response_timeout: 19,
+        retry_count: 6,
+        partition_key: 0xffff,
+        path_mtu: 3,
+        rdc_exists: true,
+        rnr_retry_count: 5,
+        max_cm_retries: 15,
+        srq: true,
+        extended_transport_type: 2,
+        primary_path: paths.0,
+        alternate_path: paths.1,
+        sap_supported: true,
+        private_data,
+    })
+}
+
+/// Every CM message a RoCE handshake uses, in MADs on QP1, with every field set: a REQ over
+/// IPv4 with the RDMA CM's IP header, MRA, REP, RTU, DREQ, DREP; a REQ with an IPv6 RDMA CM
+/// header and one whose service ID is not the RDMA CM's; REJs with three reasons; SIDR_REQ and
+/// SIDR_REP; and two MADs that are not messages this decoder reads field by field (a LAP, and a
+/// ClassPortInfo Get).
+fn cm_messages() -> Vec<Vec<u8>> {
+    let ipv4_hdr = cma::Repr {
+        version: cma::VERSION,
+        src_port: 0xd431,
+        src: IpAddress::Ipv4(CM_ACTIVE),
+        dst: IpAddress::Ipv4(CM_PASSIVE),
+    };
+    let ipv6_hdr = cma::Repr {
+        version: 0x12,
+        src_port: 0x8001,
+        src: IpAddress::Ipv6(gid(1)),
+        dst: IpAddress::Ipv6(gid(2)),
+    };
+    let user: Vec<u8> = (1..=56).collect();
+    let v4_path = cm_path(mapped(CM_ACTIVE), mapped(CM_PASSIVE), 0);
+    let alternate = cm_path(gid(3), gid(4), 1);
+    let tcp_7174 = PortSpace::Tcp.service_id(7174);
+    let comm = |i: u32| 0x1a2b_3c00 + i;
+    let rej = |i: u32, kind, reason, ari: &[u8]| {
+        Message::Rej(cm::rej::Repr {
+            local_comm_id: 0x5e00_0000 + i,
+            remote_comm_id: comm(i),
+            message_rejected: kind,
+            reason,
+            ari: PrivateData::from_slice(ari).expect("fits"),
+            ari_len: ari.len() as u8,
+            private_data: PrivateData::from_slice(b"rejected").expect("fits"),
+        })
+    };
+    let messages: Vec<(bool, Message)> = vec![
+        (
+            true,
+            cm_req(
+                0,
+                tcp_7174,
+                ipv4_hdr.private_data(&user).expect("fits"),
+                (v4_path, Path::default()),
+            ),
+        ),
+        (
+            false,
+            Message::Mra(cm::mra::Repr {
+                local_comm_id: 0x5e00_0000,
+                remote_comm_id: comm(0),
+                message_mraed: MessageKind::Req,
+                service_timeout: 22,
+                private_data: PrivateData::from_slice(b"wait").expect("fits"),
+            }),
+        ),
+        (
+            false,
+            Message::Rep(cm::rep::Repr {
+                local_comm_id: 0x5e00_0000,
+                remote_comm_id: comm(0),
+                local_q_key: 0x0202_0000,
+                local_qpn: 0x12,
+                local_eecn: 0x00_0506,
+                starting_psn: 0x12_3456,
+                responder_resources: 4,
+                initiator_depth: 6,
+                target_ack_delay: 15,
+                failover_accepted: 2,
+                end_to_end_flow_control: true,
+                rnr_retry_count: 6,
+                srq: true,
+                local_ca_guid: 0x5054_00ff_fe4d_0001,
+                private_data: PrivateData::from_slice(&user).expect("fits"),
+            }),
+        ),
+        (
+            true,
+            Message::Rtu(cm::rtu::Repr {
+                local_comm_id: comm(0),
+                remote_comm_id: 0x5e00_0000,
+                private_data: PrivateData::from_slice(b"ready").expect("fits"),
+            }),
+        ),
+        (
+            true,
+            Message::Dreq(cm::dreq::Repr {
+                local_comm_id: comm(0),
+                remote_comm_id: 0x5e00_0000,
+                remote_qpn: 0x12,
+                private_data: PrivateData::from_slice(b"bye").expect("fits"),
+            }),
+        ),
+        (
+            false,
+            Message::Drep(cm::drep::Repr {
+                local_comm_id: 0x5e00_0000,
+                remote_comm_id: comm(0),
+                private_data: PrivateData::default(),
+            }),
+        ),
+        (
+            true,
+            cm_req(
+                1,
+                PortSpace::Tcp.service_id(18515),
+                ipv6_hdr.private_data(&user[..8]).expect("fits"),
+                (v4_path, alternate),
+            ),
+        ),
+        (
+            true,
+            cm_req(
+                2,
+                0x0002_c903_0000_1234,
+                PrivateData::from_slice(&user).expect("fits"),
+                (v4_path, Path::default()),
+            ),
+        ),
+        (
+            false,
+            rej(
+                3,
+                MessageKind::Req,
+                cm::rej::Reason::INVALID_SERVICE_ID,
+                &[],
+            ),
+        ),
+        (
+            false,
+            rej(
+                4,
+                MessageKind::Rep,
+                cm::rej::Reason::CONSUMER_DEFINED,
+                &[1, 2, 3, 4, 5],
+            ),
+        ),
+        (
+            false,
+            rej(5, MessageKind::Other, cm::rej::Reason::INVALID_MTU, &[3]),
+        ),
+        (
+            true,
+            Message::SidrReq(cm::sidr_req::Repr {
+                request_id: 0x0051_d000,
+                partition_key: 0xffff,
+                service_id: PortSpace::Udp.service_id(7174),
+                private_data: ipv4_hdr.private_data(b"udaddy").expect("fits"),
+            }),
+        ),
+        (
+            false,
+            Message::SidrRep(cm::sidr_rep::Repr {
+                request_id: 0x0051_d000,
+                status: cm::sidr_rep::Status::SUCCESS,
+                qpn: 0x13,
+                service_id: PortSpace::Udp.service_id(7174),
+                q_key: 0x0111_1c06,
+                additional_info: PrivateData::default(),
+                additional_info_len: 0,
+                private_data: PrivateData::from_slice(b"resolved").expect("fits"),
+            }),
+        ),
+        (
+            false,
+            Message::SidrRep(cm::sidr_rep::Repr {
+                request_id: 0x0051_d001,
+                status: cm::sidr_rep::Status::UNSUPPORTED,
+                qpn: 0,
+                service_id: PortSpace::Udp.service_id(7175),
+                q_key: 0,
+                additional_info: PrivateData::from_slice(&[7; 72]).expect("fits"),
+                additional_info_len: 72,
+                private_data: PrivateData::default(),
+            }),
+        ),
+    ];
+    let mut frames: Vec<Vec<u8>> = messages
+        .into_iter()
+        .enumerate()
+        .map(|(i, (from_active, message))| {
+            let mad = cm::Repr {
+                transaction_id: 0x0000_0001_0000_0a00 + i as u64,
+                message,
+            };
+            cm_frame(i, from_active, |buf| mad.emit(buf))
+        })
+        .collect();
+    // A LAP and a ClassPortInfo Get: CM MADs, but not messages of a RoCE handshake.
+    for (i, (method, attribute)) in [
+        (mad::Method::SEND, cm::AttributeId::LAP),
+        (mad::Method::GET, cm::AttributeId::CLASS_PORT_INFO),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let header = mad::Repr {
+            base_version: mad::BASE_VERSION,
+            mgmt_class: mad::Class::CM,
+            class_version: cm::CLASS_VERSION,
+            method,
+            status: 0,
+            class_specific: 0,
+            transaction_id: 0x77 + i as u64,
+            attribute_id: attribute.0,
+            attribute_modifier: 0x10 * i as u32,
+        };
+        frames.push(cm_frame(frames.len(), true, |buf| {
+            header.emit(&mut mad::Packet::new_unchecked(&mut *buf));
+            for (k, b) in buf[mad::HEADER_LEN..].iter_mut().enumerate() {
+                *b = k as u8;
+            }
+        }));
+    }
+    frames
+}
+
+/// The frame that carries one MAD, from one guest's QP1 to the other's.
+fn cm_frame(i: usize, from_active: bool, mad: impl FnOnce(&mut [u8])) -> Vec<u8> {
+    let (src, dst) = if from_active {
+        (mac(2), mac(1))
+    } else {
+        (mac(1), mac(2))
+    };
+    let ethernet = EthernetRepr {
+        dst,
+        src,
+        vlan: None,
+    };
+    let repr = cm::frame_repr(Some(ethernet), cm_network(i, from_active), 0x10 + i as u32);
+    let mut buf = vec![0; repr.frame_len()];
+    repr.emit_with(&mut buf, mad).expect("a CM frame is valid");
+    buf
 }
 
 /// An ARP request: other traffic, which the decoder counts and skips.

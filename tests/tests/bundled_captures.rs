@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use roce_tests::{bundled, captures_dir};
 use roce_wire::capture::Reader;
 use roce_wire::describe::Description;
-use roce_wire::{Error, Opcode};
+use roce_wire::{cm, mad, Error, Opcode};
 
 #[test]
 fn committed_captures_equal_what_the_emitter_makes() {
@@ -66,6 +66,44 @@ fn contents(bytes: &[u8]) -> Contents {
     contents
 }
 
+/// What `cm-messages.pcap` holds, frame by frame: the CM messages of a handshake, a teardown,
+/// REQs with other addressing, three REJs, SIDR, and two CM MADs that are not handshake
+/// messages.
+const CM_MESSAGES: [&str; 16] = [
+    "REQ",
+    "MRA",
+    "REP",
+    "RTU",
+    "DREQ",
+    "DREP",
+    "REQ",
+    "REQ",
+    "REJ",
+    "REJ",
+    "REJ",
+    "SIDR_REQ",
+    "SIDR_REP",
+    "SIDR_REP",
+    "not a message",
+    "not a message",
+];
+
+/// The CM message each frame carries, by name.
+fn cm_messages(bytes: &[u8]) -> Vec<&'static str> {
+    let mut reader = Reader::new(bytes).expect("a capture");
+    let mut names = Vec::new();
+    while let Some(record) = reader.next_record() {
+        let record = record.expect("a whole record");
+        let frame = record.frame().expect("RoCE");
+        let mad = mad::Packet::new_checked(frame.payload()).expect("a MAD");
+        names.push(match cm::Repr::parse(&mad) {
+            Ok(cm) => cm.message.attribute_id().name(),
+            Err(_) => "not a message",
+        });
+    }
+    names
+}
+
 #[test]
 fn every_capture_decodes_with_good_icrcs_and_holds_what_its_name_says() {
     let every_opcode: BTreeMap<u8, usize> = Opcode::all().map(|op| (op.value(), 1)).collect();
@@ -87,6 +125,10 @@ fn every_capture_decodes_with_good_icrcs_and_holds_what_its_name_says() {
                 assert!(c.pad_counts.iter().all(|&n| n >= 8), "{:?}", c.pad_counts);
             }
             "aeth-syndromes.pcap" => assert_eq!(c.opcodes, BTreeMap::from([(0x11, 16)])),
+            "cm-messages.pcap" => {
+                assert_eq!(c.opcodes, BTreeMap::from([(0x64, 16)]));
+                assert_eq!(cm_messages(&capture.bytes), CM_MESSAGES);
+            }
             "linux-cooked-sll.pcap" | "linux-cooked-sll2.pcap" | "two-interfaces.pcapng" => {
                 assert_eq!(c.opcodes.values().sum::<usize>(), 12, "{}", capture.path)
             }

@@ -168,6 +168,17 @@ pub struct Repr {
     pub msn: u32,
 }
 
+/// An ACK without credit information, for MSN 0: what a responder without end-to-end flow
+/// control sends, and a starting point to fill in.
+impl Default for Repr {
+    fn default() -> Repr {
+        Repr {
+            syndrome: Syndrome::ack(),
+            msn: 0,
+        }
+    }
+}
+
 impl Repr {
     #[inline]
     pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<Repr, Error> {

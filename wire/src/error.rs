@@ -22,6 +22,10 @@ pub enum Layer {
     AtomicAckEth,
     ImmDt,
     Ieth,
+    /// The common header of a management datagram (QP0/QP1 traffic).
+    Mad,
+    /// A Communication Management message: the data of a CM MAD.
+    Cm,
     /// Payload, pad and the ICRC that ends every packet.
     Payload,
 }
@@ -44,6 +48,8 @@ impl fmt::Display for Layer {
             Layer::AtomicAckEth => "AtomicAckETH",
             Layer::ImmDt => "ImmDt",
             Layer::Ieth => "IETH",
+            Layer::Mad => "MAD",
+            Layer::Cm => "CM",
             Layer::Payload => "payload",
         })
     }
@@ -68,6 +74,8 @@ impl Layer {
             Layer::AtomicAckEth => "Atomic ACK Extended Transport Header (AtomicAckETH)",
             Layer::ImmDt => "Immediate Data (ImmDt)",
             Layer::Ieth => "Invalidate Extended Transport Header (IETH)",
+            Layer::Mad => "Management Datagram (MAD)",
+            Layer::Cm => "Communication Management (CM) message",
             Layer::Payload => "Payload, pad and ICRC",
         }
     }
@@ -145,5 +153,20 @@ pub(crate) fn check_len(layer: Layer, needed: usize, available: usize) -> Result
         })
     } else {
         Ok(())
+    }
+}
+
+/// A field that holds a value that cannot be right.
+pub(crate) fn malformed(
+    layer: Layer,
+    field: &'static str,
+    value: u64,
+    reason: &'static str,
+) -> Error {
+    Error::Malformed {
+        layer,
+        field,
+        value,
+        reason,
     }
 }

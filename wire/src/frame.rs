@@ -1,294 +1,30 @@
 //! A whole RoCE frame: Ethernet (with an optional 802.1Q tag), then IPv4 or IPv6 and UDP port
 //! 4791 (RoCEv2) or a GRH (RoCEv1), then the BTH, its extension headers, payload, pad and ICRC.
 //!
-//! Ethernet, IP and UDP are read and written with `smoltcp::wire`; this module adds the 802.1Q tag
-//! (which smoltcp does not model), the InfiniBand headers and the ICRC. [`Frame::parse`] checks
-//! every length and field a receiver relies on and never panics; [`FrameRepr::emit_with`] writes
-//! a complete frame into a caller's buffer, letting the caller place the payload directly (a NIC
-//! reads it from host memory straight into the frame).
+//! Each header has a file of its own ([`crate::ethernet`], [`crate::vlan`], [`crate::ipv4`],
+//! [`crate::ipv6`], [`crate::grh`], [`crate::udp`], the BTH and [`crate::extensions`]); this one
+//! puts them together. [`Frame::parse`] checks every length and field a receiver relies on and
+//! never panics; [`FrameRepr::emit_with`] writes a complete frame into a caller's buffer, letting
+//! the caller place the payload directly (a NIC reads it from host memory straight into the
+//! frame).
 
 use core::ops::Range;
 
-use smoltcp::wire::{
-    EthernetAddress, EthernetFrame, EthernetProtocol, IpProtocol, Ipv4Address, Ipv4Packet,
-    Ipv6Address, Ipv6Packet, UdpPacket,
-};
+use crate::error::{check_len, Error, Layer};
+use crate::icrc;
+use crate::network::Parsed;
+use crate::opcode::Headers;
+use crate::{bth, udp};
 
-use crate::error::{check_len, Error, Layer, NotRoce};
-use crate::icrc::{self, Scope};
-use crate::opcode::{Headers, Opcode};
-use crate::{aeth, atomic_ack_eth, atomic_eth, be, bth, deth, feth, ieth, immdt, reth};
+pub use crate::ethernet::EthernetRepr;
+pub use crate::extensions::Extensions;
+pub use crate::grh::{GRH_NEXT_HEADER_BTH, ROCE_V1_ETHERTYPE};
+pub use crate::network::NetworkRepr;
+pub use crate::udp::ROCE_V2_PORT;
+pub use crate::vlan::{VlanTag, VLAN_ETHERTYPE};
 
-/// The UDP destination port that marks RoCEv2.
-pub const ROCE_V2_PORT: u16 = 4791;
-/// The Ethernet type of RoCEv1 (a GRH straight after the Ethernet header).
-pub const ROCE_V1_ETHERTYPE: u16 = 0x8915;
-/// The Ethernet type that announces an 802.1Q tag.
-pub const VLAN_ETHERTYPE: u16 = 0x8100;
-/// The GRH "next header" value for an InfiniBand BTH.
-pub const GRH_NEXT_HEADER_BTH: u8 = 0x1b;
-
-const ETHERNET_LEN: usize = 14;
-const VLAN_LEN: usize = 4;
-const IPV4_LEN: usize = 20;
-const IPV6_LEN: usize = 40;
-const UDP_LEN: usize = 8;
+/// Bytes of the invariant CRC that ends every packet.
 pub const ICRC_LEN: usize = 4;
-
-/// An 802.1Q tag.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct VlanTag {
-    /// Priority code point (3 bits).
-    pub pcp: u8,
-    /// Drop eligible indicator.
-    pub dei: bool,
-    /// VLAN identifier (12 bits).
-    pub vid: u16,
-}
-
-impl VlanTag {
-    fn tci(&self) -> u16 {
-        (u16::from(self.pcp & 0x7) << 13) | (u16::from(self.dei) << 12) | (self.vid & 0x0fff)
-    }
-
-    fn from_tci(tci: u16) -> VlanTag {
-        VlanTag {
-            pcp: (tci >> 13) as u8,
-            dei: tci & 0x1000 != 0,
-            vid: tci & 0x0fff,
-        }
-    }
-}
-
-/// The Ethernet header of a frame.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct EthernetRepr {
-    pub dst: EthernetAddress,
-    pub src: EthernetAddress,
-    pub vlan: Option<VlanTag>,
-}
-
-impl EthernetRepr {
-    pub fn header_len(&self) -> usize {
-        ETHERNET_LEN + if self.vlan.is_some() { VLAN_LEN } else { 0 }
-    }
-}
-
-/// The network layer under the InfiniBand transport headers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum NetworkRepr {
-    /// RoCEv2 over IPv4. DF is always set and the UDP checksum is zero.
-    Ipv4 {
-        src: Ipv4Address,
-        dst: Ipv4Address,
-        dscp: u8,
-        ecn: u8,
-        ident: u16,
-        ttl: u8,
-        udp_src_port: u16,
-    },
-    /// RoCEv2 over IPv6. The UDP checksum is zero, as RoCEv2 allows.
-    Ipv6 {
-        src: Ipv6Address,
-        dst: Ipv6Address,
-        traffic_class: u8,
-        flow_label: u32,
-        hop_limit: u8,
-        udp_src_port: u16,
-    },
-    /// RoCEv1: a GRH (source and destination GIDs) and no UDP.
-    Grh {
-        sgid: Ipv6Address,
-        dgid: Ipv6Address,
-        traffic_class: u8,
-        flow_label: u32,
-        hop_limit: u8,
-    },
-}
-
-impl NetworkRepr {
-    /// Bytes from the start of the IP header (or GRH) to the BTH.
-    pub fn header_len(&self) -> usize {
-        match self {
-            NetworkRepr::Ipv4 { .. } => IPV4_LEN + UDP_LEN,
-            NetworkRepr::Ipv6 { .. } => IPV6_LEN + UDP_LEN,
-            NetworkRepr::Grh { .. } => IPV6_LEN,
-        }
-    }
-
-    pub fn icrc_scope(&self) -> Scope {
-        match self {
-            NetworkRepr::Ipv4 { .. } => Scope::Ipv4,
-            NetworkRepr::Ipv6 { .. } => Scope::Ipv6,
-            NetworkRepr::Grh { .. } => Scope::Grh,
-        }
-    }
-
-    /// The UDP source port (RoCEv1 has none).
-    pub fn udp_src_port(&self) -> Option<u16> {
-        match *self {
-            NetworkRepr::Ipv4 { udp_src_port, .. } | NetworkRepr::Ipv6 { udp_src_port, .. } => {
-                Some(udp_src_port)
-            }
-            NetworkRepr::Grh { .. } => None,
-        }
-    }
-
-    fn ethertype(&self) -> u16 {
-        match self {
-            NetworkRepr::Ipv4 { .. } => 0x0800,
-            NetworkRepr::Ipv6 { .. } => 0x86dd,
-            NetworkRepr::Grh { .. } => ROCE_V1_ETHERTYPE,
-        }
-    }
-}
-
-/// The extension headers of one packet; which are present is fixed by the opcode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct Extensions {
-    pub deth: Option<deth::Repr>,
-    pub feth: Option<feth::Repr>,
-    pub reth: Option<reth::Repr>,
-    pub atomic_eth: Option<atomic_eth::Repr>,
-    pub aeth: Option<aeth::Repr>,
-    pub atomic_ack_eth: Option<atomic_ack_eth::Repr>,
-    pub immdt: Option<immdt::Repr>,
-    pub ieth: Option<ieth::Repr>,
-}
-
-impl Extensions {
-    /// The extension headers `opcode` calls for, every field zero (an AETH says ACK without
-    /// credit information), ready for the caller to fill in.
-    pub fn for_opcode(opcode: Opcode) -> Extensions {
-        let has = |h| opcode.headers().contains(h);
-        Extensions {
-            deth: has(Headers::DETH).then(deth::Repr::default),
-            feth: has(Headers::FETH).then(feth::Repr::default),
-            reth: has(Headers::RETH).then(reth::Repr::default),
-            atomic_eth: has(Headers::ATOMIC_ETH).then(atomic_eth::Repr::default),
-            aeth: has(Headers::AETH).then_some(aeth::Repr {
-                syndrome: aeth::Syndrome::ack(),
-                msn: 0,
-            }),
-            atomic_ack_eth: has(Headers::ATOMIC_ACK_ETH).then(atomic_ack_eth::Repr::default),
-            immdt: has(Headers::IMMDT).then(immdt::Repr::default),
-            ieth: has(Headers::IETH).then(ieth::Repr::default),
-        }
-    }
-
-    /// The set of headers present.
-    pub fn headers(&self) -> Headers {
-        let mut h = Headers::NONE;
-        let mut add = |present: bool, header| {
-            if present {
-                h = h | header;
-            }
-        };
-        add(self.deth.is_some(), Headers::DETH);
-        add(self.feth.is_some(), Headers::FETH);
-        add(self.reth.is_some(), Headers::RETH);
-        add(self.atomic_eth.is_some(), Headers::ATOMIC_ETH);
-        add(self.aeth.is_some(), Headers::AETH);
-        add(self.atomic_ack_eth.is_some(), Headers::ATOMIC_ACK_ETH);
-        add(self.immdt.is_some(), Headers::IMMDT);
-        add(self.ieth.is_some(), Headers::IETH);
-        h
-    }
-
-    /// Parses the headers `which` from the start of `bytes`.
-    // Inlined, like the network parsers: a result handed back through memory is read back
-    // in wider loads than it was written with, which stalls store forwarding.
-    #[inline(always)]
-    fn parse(which: Headers, bytes: &[u8]) -> Result<Extensions, Error> {
-        // One test per header, in wire order (the order of the fields below, which Rust
-        // evaluates in the order written), rather than a loop over the table: this runs for
-        // every packet.
-        let mut at = 0;
-        let mut next = |header: Headers, len: usize| {
-            which.contains(header).then(|| {
-                let b = bytes.get(at..).unwrap_or_default();
-                at += len;
-                b
-            })
-        };
-        Ok(Extensions {
-            deth: next(Headers::DETH, deth::HEADER_LEN)
-                .map(|b| deth::Repr::parse(&deth::Packet::new_checked(b)?))
-                .transpose()?,
-            feth: next(Headers::FETH, feth::HEADER_LEN)
-                .map(|b| feth::Repr::parse(&feth::Packet::new_checked(b)?))
-                .transpose()?,
-            reth: next(Headers::RETH, reth::HEADER_LEN)
-                .map(|b| reth::Repr::parse(&reth::Packet::new_checked(b)?))
-                .transpose()?,
-            atomic_eth: next(Headers::ATOMIC_ETH, atomic_eth::HEADER_LEN)
-                .map(|b| atomic_eth::Repr::parse(&atomic_eth::Packet::new_checked(b)?))
-                .transpose()?,
-            aeth: next(Headers::AETH, aeth::HEADER_LEN)
-                .map(|b| aeth::Repr::parse(&aeth::Packet::new_checked(b)?))
-                .transpose()?,
-            atomic_ack_eth: next(Headers::ATOMIC_ACK_ETH, atomic_ack_eth::HEADER_LEN)
-                .map(|b| atomic_ack_eth::Repr::parse(&atomic_ack_eth::Packet::new_checked(b)?))
-                .transpose()?,
-            immdt: next(Headers::IMMDT, immdt::HEADER_LEN)
-                .map(|b| immdt::Repr::parse(&immdt::Packet::new_checked(b)?))
-                .transpose()?,
-            ieth: next(Headers::IETH, ieth::HEADER_LEN)
-                .map(|b| ieth::Repr::parse(&ieth::Packet::new_checked(b)?))
-                .transpose()?,
-        })
-    }
-
-    /// Writes the present headers in wire order; `buf` holds exactly `headers().len()` bytes.
-    fn emit(&self, buf: &mut [u8]) {
-        let mut at = 0;
-        let mut next = |len: usize| {
-            let range = at..at + len;
-            at += len;
-            range
-        };
-        if let Some(r) = &self.deth {
-            r.emit(&mut deth::Packet::new_unchecked(
-                &mut buf[next(deth::HEADER_LEN)],
-            ));
-        }
-        if let Some(r) = &self.feth {
-            r.emit(&mut feth::Packet::new_unchecked(
-                &mut buf[next(feth::HEADER_LEN)],
-            ));
-        }
-        if let Some(r) = &self.reth {
-            r.emit(&mut reth::Packet::new_unchecked(
-                &mut buf[next(reth::HEADER_LEN)],
-            ));
-        }
-        if let Some(r) = &self.atomic_eth {
-            r.emit(&mut atomic_eth::Packet::new_unchecked(
-                &mut buf[next(atomic_eth::HEADER_LEN)],
-            ));
-        }
-        if let Some(r) = &self.aeth {
-            r.emit(&mut aeth::Packet::new_unchecked(
-                &mut buf[next(aeth::HEADER_LEN)],
-            ));
-        }
-        if let Some(r) = &self.atomic_ack_eth {
-            r.emit(&mut atomic_ack_eth::Packet::new_unchecked(
-                &mut buf[next(atomic_ack_eth::HEADER_LEN)],
-            ));
-        }
-        if let Some(r) = &self.immdt {
-            r.emit(&mut immdt::Packet::new_unchecked(
-                &mut buf[next(immdt::HEADER_LEN)],
-            ));
-        }
-        if let Some(r) = &self.ieth {
-            r.emit(&mut ieth::Packet::new_unchecked(
-                &mut buf[next(ieth::HEADER_LEN)],
-            ));
-        }
-    }
-}
 
 /// Everything needed to emit a frame, and everything a parse yields except the payload bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -365,11 +101,11 @@ impl FrameRepr {
         let pad = pad_len(self.payload_len);
 
         if let Some(eth) = &self.ethernet {
-            self.emit_ethernet(eth, &mut buf[..l2]);
+            eth.emit(&mut buf[..l2], self.network.ethertype());
         }
         let l3_len = frame_len - l2;
         let bth_at = l2 + self.network.header_len();
-        self.emit_network(&mut buf[l2..bth_at], l3_len);
+        self.network.emit(&mut buf[l2..bth_at], l3_len);
 
         let mut bth = self.bth;
         bth.pad_count = pad as u8;
@@ -408,107 +144,6 @@ impl FrameRepr {
         }
         self.emit_with(buf, |dst| dst.copy_from_slice(payload))
     }
-
-    fn emit_ethernet(&self, eth: &EthernetRepr, buf: &mut [u8]) {
-        let mut frame = EthernetFrame::new_unchecked(&mut *buf);
-        frame.set_dst_addr(eth.dst);
-        frame.set_src_addr(eth.src);
-        let ethertype = self.network.ethertype();
-        match eth.vlan {
-            Some(tag) => {
-                frame.set_ethertype(EthernetProtocol::Unknown(VLAN_ETHERTYPE));
-                be::set_u16(&mut buf[14..16], tag.tci());
-                be::set_u16(&mut buf[16..18], ethertype);
-            }
-            None => frame.set_ethertype(EthernetProtocol::from(ethertype)),
-        }
-    }
-
-    /// Writes the IP and UDP headers (or the GRH) for a network packet of `l3_len` bytes.
-    fn emit_network(&self, buf: &mut [u8], l3_len: usize) {
-        match self.network {
-            NetworkRepr::Ipv4 {
-                src,
-                dst,
-                dscp,
-                ecn,
-                ident,
-                ttl,
-                udp_src_port,
-            } => {
-                let mut ip = Ipv4Packet::new_unchecked(&mut buf[..IPV4_LEN]);
-                ip.set_version(4);
-                ip.set_header_len(IPV4_LEN as u8);
-                ip.set_dscp(dscp);
-                ip.set_ecn(ecn);
-                ip.set_total_len(l3_len as u16);
-                ip.set_ident(ident);
-                ip.clear_flags();
-                ip.set_dont_frag(true);
-                ip.set_frag_offset(0);
-                ip.set_hop_limit(ttl);
-                ip.set_next_header(IpProtocol::Udp);
-                ip.set_src_addr(src);
-                ip.set_dst_addr(dst);
-                ip.fill_checksum();
-                emit_udp(&mut buf[IPV4_LEN..], udp_src_port, l3_len - IPV4_LEN);
-            }
-            NetworkRepr::Ipv6 {
-                src,
-                dst,
-                traffic_class,
-                flow_label,
-                hop_limit,
-                udp_src_port,
-            } => {
-                let payload_len = l3_len - IPV6_LEN;
-                emit_ipv6(
-                    &mut buf[..IPV6_LEN],
-                    (src, dst, traffic_class, flow_label, hop_limit),
-                    IpProtocol::Udp,
-                    payload_len,
-                );
-                emit_udp(&mut buf[IPV6_LEN..], udp_src_port, payload_len);
-            }
-            NetworkRepr::Grh {
-                sgid,
-                dgid,
-                traffic_class,
-                flow_label,
-                hop_limit,
-            } => emit_ipv6(
-                &mut buf[..IPV6_LEN],
-                (sgid, dgid, traffic_class, flow_label, hop_limit),
-                IpProtocol::Unknown(GRH_NEXT_HEADER_BTH),
-                l3_len - IPV6_LEN,
-            ),
-        }
-    }
-}
-
-fn emit_ipv6(
-    buf: &mut [u8],
-    (src, dst, traffic_class, flow_label, hop_limit): (Ipv6Address, Ipv6Address, u8, u32, u8),
-    next_header: IpProtocol,
-    payload_len: usize,
-) {
-    let mut ip = Ipv6Packet::new_unchecked(buf);
-    ip.set_version(6);
-    ip.set_traffic_class(traffic_class);
-    ip.set_flow_label(flow_label & 0x000f_ffff);
-    ip.set_payload_len(payload_len as u16);
-    ip.set_next_header(next_header);
-    ip.set_hop_limit(hop_limit);
-    ip.set_src_addr(src);
-    ip.set_dst_addr(dst);
-}
-
-fn emit_udp(buf: &mut [u8], src_port: u16, udp_len: usize) {
-    let mut udp = UdpPacket::new_unchecked(&mut buf[..UDP_LEN]);
-    udp.set_src_port(src_port);
-    udp.set_dst_port(ROCE_V2_PORT);
-    udp.set_len(udp_len as u16);
-    udp.set_checksum(0);
 }
 
 /// Byte offsets of each part of a parsed frame, for views that show where each field lives.
@@ -556,25 +191,9 @@ impl<'a> Frame<'a> {
     /// Parses an Ethernet frame (RoCEv2 over IPv4/IPv6, or RoCEv1). The ICRC is not checked
     /// here; see [`Frame::icrc`].
     pub fn parse(bytes: &'a [u8]) -> Result<Frame<'a>, Error> {
-        check_len(Layer::Ethernet, ETHERNET_LEN, bytes.len())?;
-        let eth = EthernetFrame::new_unchecked(bytes);
-        let mut ethertype = be::u16(&bytes[12..14]);
-        let mut l3 = ETHERNET_LEN;
-        let mut vlan = None;
-        let mut vlan_range = None;
-        if ethertype == VLAN_ETHERTYPE {
-            check_len(Layer::Vlan, ETHERNET_LEN + VLAN_LEN, bytes.len())?;
-            vlan = Some(VlanTag::from_tci(be::u16(&bytes[14..16])));
-            ethertype = be::u16(&bytes[16..18]);
-            vlan_range = Some(14..18);
-            l3 += VLAN_LEN;
-        }
-        let ethernet = EthernetRepr {
-            dst: eth.dst_addr(),
-            src: eth.src_addr(),
-            vlan,
-        };
-        Frame::parse_network(bytes, l3, ethertype, Some(ethernet), vlan_range)
+        let (ethernet, ethertype, vlan) = EthernetRepr::parse(bytes)?;
+        let l3 = ethernet.header_len();
+        Frame::parse_network(bytes, l3, ethertype, Some(ethernet), vlan)
     }
 
     /// Parses a packet that starts at its IP header (or GRH), as in captures with Linux cooked
@@ -607,12 +226,12 @@ impl<'a> Frame<'a> {
         vlan: Option<Range<usize>>,
     ) -> Result<Frame<'a>, Error> {
         let rest = &bytes[l3..];
-        let (network, header_len, l3_len, udp) = match ethertype {
-            0x0800 => parse_ipv4(rest)?,
-            0x86dd => parse_ipv6(rest)?,
-            ROCE_V1_ETHERTYPE => parse_grh(rest)?,
-            other => return Err(Error::NotRoce(NotRoce::EtherType(other))),
-        };
+        let Parsed {
+            repr: network,
+            header_len,
+            packet_len: l3_len,
+            udp,
+        } = NetworkRepr::parse(ethertype, rest)?;
         let bth_at = l3 + header_len;
         let end = l3 + l3_len;
         let transport = &bytes[bth_at..end];
@@ -673,8 +292,8 @@ impl<'a> Frame<'a> {
             },
             layout: Layout {
                 vlan,
-                network: l3..l3 + header_len - udp.map_or(0, |_| UDP_LEN),
-                udp: udp.map(|_| bth_at - UDP_LEN..bth_at),
+                network: l3..l3 + header_len - if udp { udp::HEADER_LEN } else { 0 },
+                udp: udp.then(|| bth_at - udp::HEADER_LEN..bth_at),
                 bth: bth_at..ext_at,
                 ext: ext_at..payload_at,
                 payload: payload_at..pad_at,
@@ -706,184 +325,14 @@ impl<'a> Frame<'a> {
     }
 }
 
-type NetworkParse = (NetworkRepr, usize, usize, Option<()>);
-
-#[inline(always)]
-fn parse_ipv4(bytes: &[u8]) -> Result<NetworkParse, Error> {
-    check_len(Layer::Ipv4, IPV4_LEN, bytes.len())?;
-    let ip = Ipv4Packet::new_unchecked(bytes);
-    if ip.version() != 4 {
-        return Err(malformed(
-            Layer::Ipv4,
-            "version",
-            ip.version().into(),
-            "not 4",
-        ));
-    }
-    let ihl = usize::from(ip.header_len());
-    if ihl < IPV4_LEN {
-        return Err(malformed(
-            Layer::Ipv4,
-            "IHL",
-            ihl as u64,
-            "shorter than 20 bytes",
-        ));
-    }
-    // Decide whether the packet is RoCE at all before judging its lengths and checksum: a
-    // snapped or corrupted packet of another protocol is not ours to call malformed.
-    if ip.next_header() != IpProtocol::Udp {
-        return Err(Error::NotRoce(NotRoce::IpProtocol(ip.next_header().into())));
-    }
-    if ip.more_frags() || ip.frag_offset() != 0 {
-        return Err(Error::NotRoce(NotRoce::Fragment));
-    }
-    check_roce_port(bytes.get(ihl..).unwrap_or_default())?;
-    let total = usize::from(ip.total_len());
-    if total < ihl {
-        return Err(malformed(
-            Layer::Ipv4,
-            "total length",
-            total as u64,
-            "shorter than its header",
-        ));
-    }
-    check_len(Layer::Ipv4, total, bytes.len())?;
-    if !ip.verify_checksum() {
-        return Err(malformed(
-            Layer::Ipv4,
-            "header checksum",
-            ip.checksum().into(),
-            "does not match the header",
-        ));
-    }
-    check_udp_len(&bytes[ihl..total])?;
-    Ok((
-        NetworkRepr::Ipv4 {
-            src: ip.src_addr(),
-            dst: ip.dst_addr(),
-            dscp: ip.dscp(),
-            ecn: ip.ecn(),
-            ident: ip.ident(),
-            ttl: ip.hop_limit(),
-            udp_src_port: be::u16(&bytes[ihl..ihl + 2]),
-        },
-        ihl + UDP_LEN,
-        total,
-        Some(()),
-    ))
-}
-
-#[inline(always)]
-fn parse_ipv6(bytes: &[u8]) -> Result<NetworkParse, Error> {
-    check_len(Layer::Ipv6, IPV6_LEN, bytes.len())?;
-    let ip = Ipv6Packet::new_unchecked(bytes);
-    if ip.version() != 6 {
-        return Err(malformed(
-            Layer::Ipv6,
-            "version",
-            ip.version().into(),
-            "not 6",
-        ));
-    }
-    if ip.next_header() != IpProtocol::Udp {
-        return Err(Error::NotRoce(NotRoce::IpProtocol(ip.next_header().into())));
-    }
-    check_roce_port(&bytes[IPV6_LEN..])?;
-    let total = IPV6_LEN + usize::from(ip.payload_len());
-    check_len(Layer::Ipv6, total, bytes.len())?;
-    check_udp_len(&bytes[IPV6_LEN..total])?;
-    Ok((
-        NetworkRepr::Ipv6 {
-            src: ip.src_addr(),
-            dst: ip.dst_addr(),
-            traffic_class: ip.traffic_class(),
-            flow_label: ip.flow_label(),
-            hop_limit: ip.hop_limit(),
-            udp_src_port: be::u16(&bytes[IPV6_LEN..IPV6_LEN + 2]),
-        },
-        IPV6_LEN + UDP_LEN,
-        total,
-        Some(()),
-    ))
-}
-
-#[inline(always)]
-fn parse_grh(bytes: &[u8]) -> Result<NetworkParse, Error> {
-    check_len(Layer::Grh, IPV6_LEN, bytes.len())?;
-    let grh = Ipv6Packet::new_unchecked(bytes);
-    if grh.version() != 6 {
-        return Err(malformed(
-            Layer::Grh,
-            "IPVer",
-            grh.version().into(),
-            "not 6",
-        ));
-    }
-    let next: u8 = grh.next_header().into();
-    if next != GRH_NEXT_HEADER_BTH {
-        return Err(malformed(
-            Layer::Grh,
-            "next header",
-            next.into(),
-            "not a BTH (0x1b)",
-        ));
-    }
-    let total = IPV6_LEN + usize::from(grh.payload_len());
-    check_len(Layer::Grh, total, bytes.len())?;
-    Ok((
-        NetworkRepr::Grh {
-            sgid: grh.src_addr(),
-            dgid: grh.dst_addr(),
-            traffic_class: grh.traffic_class(),
-            flow_label: grh.flow_label(),
-            hop_limit: grh.hop_limit(),
-        },
-        IPV6_LEN,
-        total,
-        None,
-    ))
-}
-
-/// Checks that the UDP header at the start of `datagram` (an IP payload, possibly cut short by
-/// the capture) goes to RoCEv2's port. The source port says nothing: RoCE picks it for ECMP
-/// entropy, and it may well be a well-known port such as 53 or 69.
-fn check_roce_port(datagram: &[u8]) -> Result<(), Error> {
-    check_len(Layer::Udp, UDP_LEN, datagram.len())?;
-    let udp = UdpPacket::new_unchecked(datagram);
-    if udp.dst_port() != ROCE_V2_PORT {
-        return Err(Error::NotRoce(NotRoce::UdpPort(udp.dst_port())));
-    }
-    Ok(())
-}
-
-/// Checks that the UDP length agrees with the IP length (`datagram` is the whole IP payload).
-fn check_udp_len(datagram: &[u8]) -> Result<(), Error> {
-    check_len(Layer::Udp, UDP_LEN, datagram.len())?;
-    let udp = UdpPacket::new_unchecked(datagram);
-    if usize::from(udp.len()) != datagram.len() {
-        return Err(malformed(
-            Layer::Udp,
-            "length",
-            udp.len().into(),
-            "disagrees with the IP length",
-        ));
-    }
-    Ok(())
-}
-
-fn malformed(layer: Layer, field: &'static str, value: u64, reason: &'static str) -> Error {
-    Error::Malformed {
-        layer,
-        field,
-        value,
-        reason,
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use smoltcp::wire::Ipv4Packet;
+
     use super::*;
+    use crate::icrc::Scope;
     use crate::opcode::{Kind, Opcode, Transport};
+    use crate::{immdt, reth, EthernetAddress, Ipv4Address, Ipv6Address, NotRoce};
 
     fn hex(s: &str) -> Vec<u8> {
         let digits: Vec<u8> = s.bytes().filter(u8::is_ascii_hexdigit).collect();
@@ -1091,14 +540,6 @@ mod tests {
                 available: 10
             }
         );
-    }
-
-    #[test]
-    fn extensions_for_an_opcode_are_the_ones_it_carries() {
-        for op in Opcode::all() {
-            let ext = Extensions::for_opcode(op);
-            assert_eq!(ext.headers(), op.headers(), "{op}");
-        }
     }
 
     #[test]

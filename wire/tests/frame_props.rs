@@ -7,7 +7,7 @@ use roce_wire::capture::Reader;
 use roce_wire::describe::Description;
 use roce_wire::icrc;
 use roce_wire::{
-    aeth, atomic_ack_eth, atomic_eth, bth, deth, feth, ieth, immdt, reth, EthernetAddress,
+    aeth, atomic_ack_eth, atomic_eth, bth, cm, deth, feth, ieth, immdt, mad, reth, EthernetAddress,
     EthernetRepr, Extensions, Frame, FrameRepr, Ipv4Address, Ipv6Address, NetworkRepr, Opcode,
     VlanTag,
 };
@@ -297,6 +297,54 @@ proptest! {
         exercise(&bytes);
         let keep = cut.index(bytes.len() + 1);
         exercise(&bytes[..keep]);
+    }
+}
+
+/// A MAD of random bytes; most often with a CM header and one of the CM's attribute IDs, so
+/// that the message parsers see every message with random contents.
+fn cm_mad() -> impl Strategy<Value = Vec<u8>> {
+    let attributes: Vec<u16> = (0x10..=0x1a).chain([0x01, 0x42]).collect();
+    (
+        prop::collection::vec(any::<u8>(), mad::MAD_LEN),
+        any::<bool>(),
+        prop::sample::select(attributes),
+    )
+        .prop_map(|(mut bytes, as_cm, attribute)| {
+            if as_cm {
+                bytes[..4].copy_from_slice(&[1, 0x07, 2, 0x03]);
+                bytes[16..18].copy_from_slice(&attribute.to_be_bytes());
+            }
+            bytes
+        })
+}
+
+proptest! {
+    #[test]
+    fn any_mad_in_a_cm_frame_is_described_and_every_cm_message_round_trips(
+        bytes in cm_mad(),
+        network in network(),
+    ) {
+        let packet = mad::Packet::new_checked(&bytes[..]).expect("a whole MAD");
+        if let Ok(parsed) = cm::Repr::parse(&packet) {
+            let mut again = [0u8; mad::MAD_LEN];
+            parsed.emit(&mut again);
+            let reparsed = cm::Repr::parse(&mad::Packet::new_unchecked(&again[..]));
+            prop_assert_eq!(reparsed, Ok(parsed));
+        }
+        let repr = cm::frame_repr(None, network, 7);
+        let mut buf = vec![0u8; repr.frame_len()];
+        let ethertype = match network {
+            NetworkRepr::Ipv4 { .. } => 0x0800,
+            NetworkRepr::Ipv6 { .. } => 0x86dd,
+            NetworkRepr::Grh { .. } => 0x8915,
+        };
+        let len = repr.emit_with(&mut buf, |p| p.copy_from_slice(&bytes)).expect("it fits");
+        let frame = Frame::parse_network_layer(&buf[..len], ethertype).expect("our frame parses");
+        describe(&frame);
+        prop_assert_eq!(
+            cm::parse_frame(&frame).map(|r| r.is_ok()),
+            Some(cm::Repr::parse(&packet).is_ok())
+        );
     }
 }
 

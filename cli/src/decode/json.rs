@@ -11,98 +11,90 @@
 //! anything, a file name and an error message, go through serde_json.
 
 use std::convert::Infallible;
-use std::io::{self, Write};
-use std::path::Path;
+use std::io::Write;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use roce_wire::capture::Record;
 use roce_wire::describe::{Description, Field, Value, Visit};
-use roce_wire::Error;
+use roce_wire::{Error, Layer, Opcode};
 
-/// Output is handed on in chunks of about this size: one copy less per packet than writing each
-/// line to a buffered writer, which would copy it into its own buffer.
-const CHUNK: usize = 1 << 16;
-
-/// Renders packets as JSON lines into a buffer it hands on in chunks; [`Json::flush`] hands on
-/// the rest.
-pub struct Json {
+/// Appends one packet's object and its newline to `line`.
+pub fn packet(
+    line: &mut Vec<u8>,
     every_field: bool,
-    line: Vec<u8>,
+    record: &Record,
+    file: Option<&str>,
+    description: &Description,
+) {
+    start(line, every_field, record, file);
+    let entries = Entries {
+        line: &mut *line,
+        opcode_named: false,
+    };
+    match every_field {
+        true => description.visit(entries),
+        false => description.visit_essential(entries),
+    }
+    .unwrap_or_else(|never: Infallible| match never {});
+    line.extend_from_slice(b"}\n");
 }
 
-impl Json {
-    pub fn new(every_field: bool) -> Json {
-        Json {
-            every_field,
-            line: Vec::with_capacity(CHUNK + 4096),
-        }
-    }
+/// Appends the object of a record that is RoCE but malformed: the record's own fields and why.
+pub fn malformed(
+    line: &mut Vec<u8>,
+    every_field: bool,
+    record: &Record,
+    file: Option<&str>,
+    error: &Error,
+) {
+    start(line, every_field, record, file);
+    line.extend_from_slice(b",\"roce.malformed\":");
+    string(line, &error.to_string());
+    line.extend_from_slice(b"}\n");
+}
 
-    /// Writes out what is buffered.
-    pub fn flush(&mut self, out: &mut impl Write) -> io::Result<()> {
-        out.write_all(&self.line)?;
-        self.line.clear();
-        Ok(())
+/// Opens the object with the record's own fields.
+fn start(line: &mut Vec<u8>, every_field: bool, record: &Record, file: Option<&str>) {
+    line.extend_from_slice(b"{\"frame.number\":");
+    number(line, record.number);
+    line.extend_from_slice(b",\"frame.time_epoch\":");
+    epoch(line, record.timestamp);
+    line.extend_from_slice(b",\"frame.len\":");
+    number(line, record.original_len.into());
+    if every_field {
+        line.extend_from_slice(b",\"frame.cap_len\":");
+        number(line, record.data.len() as u64);
     }
-
-    pub fn packet(
-        &mut self,
-        out: &mut impl Write,
-        record: &Record,
-        file: Option<&Path>,
-        description: &Description,
-    ) -> io::Result<()> {
-        self.start(record, file)?;
-        let entries = Entries(&mut self.line);
-        match self.every_field {
-            true => description.visit(entries),
-            false => description.visit_essential(entries),
-        }
-        .unwrap_or_else(|never: Infallible| match never {});
-        self.finish(out)
-    }
-
-    pub fn malformed(
-        &mut self,
-        out: &mut impl Write,
-        record: &Record,
-        file: Option<&Path>,
-        error: &Error,
-    ) -> io::Result<()> {
-        self.start(record, file)?;
-        self.line.extend_from_slice(b",\"roce.malformed\":");
-        serde_json::to_writer(&mut self.line, &error.to_string())?;
-        self.finish(out)
-    }
-
-    /// Opens the object with the record's own fields.
-    fn start(&mut self, record: &Record, file: Option<&Path>) -> io::Result<()> {
-        let line = &mut self.line;
-        line.extend_from_slice(b"{\"frame.number\":");
-        number(line, record.number);
-        line.extend_from_slice(b",\"frame.time_epoch\":");
-        epoch(line, record.timestamp);
-        line.extend_from_slice(b",\"frame.len\":");
-        number(line, record.original_len.into());
-        if self.every_field {
-            line.extend_from_slice(b",\"frame.cap_len\":");
-            number(line, record.data.len() as u64);
-        }
-        if let Some(path) = file {
-            line.extend_from_slice(b",\"roce.file\":");
-            serde_json::to_writer(&mut *line, &path.display().to_string())?;
-        }
-        Ok(())
-    }
-
-    fn finish(&mut self, out: &mut impl Write) -> io::Result<()> {
-        self.line.extend_from_slice(b"}\n");
-        if self.line.len() >= CHUNK {
-            self.flush(out)?;
-        }
-        Ok(())
+    if let Some(name) = file {
+        line.extend_from_slice(b",\"roce.file\":");
+        string(line, name);
     }
 }
+
+/// A string that may hold anything (a file name, an error message), escaped by serde_json.
+fn string(line: &mut Vec<u8>, text: &str) {
+    // Writing into a Vec cannot fail, and a str always serializes.
+    let _ = serde_json::to_writer(&mut *line, text);
+}
+
+/// The entry that names the opcode beside its number, `,"roce.bth.opcode_name":"RC SEND_ONLY"`,
+/// for every opcode byte (empty for bytes that are no opcode), made once.
+fn opcode_name_entry(opcode: u8) -> &'static [u8] {
+    static ENTRIES: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
+    let entries = ENTRIES.get_or_init(|| {
+        (0..=u8::MAX)
+            .map(|byte| match Opcode::from_u8(byte) {
+                Ok(op) => format!(",\"{OPCODE_NAME}\":\"{op}\"").into_bytes(),
+                Err(_) => Vec::new(),
+            })
+            .collect()
+    });
+    &entries[usize::from(opcode)]
+}
+
+/// The key of the opcode's name; tshark has none (it names the opcode only in its tree).
+pub const OPCODE_NAME: &str = "roce.bth.opcode_name";
 
 #[inline(always)]
 fn number(line: &mut Vec<u8>, n: u64) {
@@ -112,25 +104,76 @@ fn number(line: &mut Vec<u8>, n: u64) {
     } else if n < 100 {
         line.extend_from_slice(&[b'0' + (n / 10) as u8, b'0' + (n % 10) as u8]);
     } else {
-        line.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+        digits(line, n, decimal_digits(n));
     }
 }
 
-/// Appends each field as a JSON entry. A visitor of its own rather than a closure so that its
-/// one method can be inlined into the walk: the fields are then written as they are read.
-struct Entries<'l>(&'l mut Vec<u8>);
+/// How many decimal digits `n` has (at least 1).
+#[inline(always)]
+fn decimal_digits(n: u64) -> usize {
+    let mut count = 1;
+    let mut bound = 10u64;
+    while count < 20 && n >= bound {
+        count += 1;
+        bound = bound.wrapping_mul(10);
+    }
+    count
+}
+
+/// The two-digit strings "00" to "99", end to end.
+const PAIRS: &[u8; 200] = b"\
+0001020304050607080910111213141516171819\
+2021222324252627282930313233343536373839\
+4041424344454647484950515253545556575859\
+6061626364656667686970717273747576777879\
+8081828384858687888990919293949596979899";
+
+/// Appends the last `count` decimal digits of `n`, with leading zeros if it has fewer. The
+/// digits are written in place into room added with a fixed-size copy: no call to memcpy for a
+/// copy of a length known only at run time, which is what a number per field would cost.
+#[inline(always)]
+fn digits(line: &mut Vec<u8>, mut n: u64, count: usize) {
+    let at = line.len();
+    line.extend_from_slice(&[b'0'; 20]);
+    let out = &mut line[at..at + count];
+    let mut end = count;
+    while end >= 2 {
+        let pair = (n % 100) as usize * 2;
+        n /= 100;
+        out[end - 2..end].copy_from_slice(&PAIRS[pair..pair + 2]);
+        end -= 2;
+    }
+    if end == 1 {
+        out[0] = b'0' + (n % 10) as u8;
+    }
+    line.truncate(at + count);
+}
+
+/// Appends each field as a JSON entry, and the opcode's name after the opcode (the BTH's first
+/// field). A visitor of its own rather than a closure so that its one method can be inlined
+/// into the walk: the fields are then written as they are read.
+struct Entries<'l> {
+    line: &'l mut Vec<u8>,
+    opcode_named: bool,
+}
 
 impl<'a> Visit<'a> for Entries<'_> {
     type Error = Infallible;
 
     #[inline(always)]
     fn field(&mut self, field: &Field<'a>) -> Result<(), Infallible> {
-        let line = &mut *self.0;
+        let line = &mut *self.line;
         let (padded, len) = field.padded_json_entry();
         let at = line.len();
         line.extend_from_slice(padded);
         line.truncate(at + len);
         value(line, &field.value);
+        if !self.opcode_named && field.layer == Layer::Bth {
+            self.opcode_named = true;
+            if let Value::Uint(opcode, _) = field.value {
+                line.extend_from_slice(opcode_name_entry(opcode as u8));
+            }
+        }
         Ok(())
     }
 }
@@ -141,10 +184,7 @@ fn epoch(line: &mut Vec<u8>, t: Duration) {
     line.push(b'"');
     number(line, t.as_secs());
     line.push(b'.');
-    // Nine digits with leading zeros: those of 1_000_000_000 + nanos, after its leading 1.
-    let mut digits = itoa::Buffer::new();
-    let digits = digits.format(1_000_000_000 + t.subsec_nanos()).as_bytes();
-    line.extend_from_slice(&digits[1..]);
+    digits(line, t.subsec_nanos().into(), 9);
     line.push(b'"');
 }
 
@@ -197,6 +237,7 @@ fn value(line: &mut Vec<u8>, v: &Value) {
 mod tests {
     use super::*;
     use roce_wire::capture::Reader;
+    use std::path::Path;
 
     /// The same fields through serde_json: what the fast writer must equal.
     fn through_serde(record: &Record, description: &Description) -> serde_json::Value {
@@ -221,6 +262,8 @@ mod tests {
                 field.key()
             );
         }
+        let opcode = description.frame().repr.bth.opcode;
+        map.insert(OPCODE_NAME.into(), opcode.to_string().into());
         serde_json::Value::Object(map)
     }
 
@@ -231,15 +274,12 @@ mod tests {
         for path in roce_tests::captures_under(Path::new(dir)) {
             let bytes = std::fs::read(&path).expect("reading a capture");
             let mut reader = Reader::new(&bytes[..]).expect("a capture");
-            let mut json = Json::new(true);
             while let Some(record) = reader.next_record() {
                 let record = record.expect("a whole record");
                 let Ok(frame) = record.frame() else { continue };
                 let description = Description::new(&frame);
                 let mut out = Vec::new();
-                json.packet(&mut out, &record, None, &description)
-                    .and_then(|()| json.flush(&mut out))
-                    .expect("writing to memory");
+                packet(&mut out, true, &record, None, &description);
                 assert_eq!(out.last(), Some(&b'\n'));
                 let ours: serde_json::Value = serde_json::from_slice(&out).expect("valid JSON");
                 assert_eq!(
@@ -255,8 +295,54 @@ mod tests {
     }
 
     #[test]
+    fn numbers_are_written_as_decimal_without_leading_zeros() {
+        for n in [
+            0,
+            9,
+            10,
+            99,
+            100,
+            101,
+            999,
+            1000,
+            65535,
+            4_294_967_295,
+            u64::MAX,
+            10u64.pow(19),
+        ]
+        .into_iter()
+        .chain((0..2000).map(|i| i * 7919))
+        {
+            let mut line = b"x".to_vec();
+            number(&mut line, n);
+            assert_eq!(line, format!("x{n}").into_bytes());
+        }
+        let mut line = Vec::new();
+        epoch(&mut line, Duration::new(1_700_000_000, 42));
+        assert_eq!(line, b"\"1700000000.000000042\"");
+    }
+
+    #[test]
+    fn the_opcode_name_follows_the_opcode() {
+        let bytes = std::fs::read(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../captures/aeth-syndromes.pcap"
+        ))
+        .expect("reading a capture");
+        let mut reader = Reader::new(&bytes[..]).expect("a capture");
+        let record = reader.next_record().unwrap().unwrap();
+        let frame = record.frame().unwrap();
+        let mut out = Vec::new();
+        packet(&mut out, false, &record, None, &Description::new(&frame));
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.contains(r#""infiniband.bth.opcode":17,"roce.bth.opcode_name":"RC ACKNOWLEDGE","#),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn strings_that_may_need_escaping_are_escaped() {
-        let mut json = Json::new(false);
         let record = Record {
             number: 7,
             timestamp: Duration::new(1, 5),
@@ -265,14 +351,13 @@ mod tests {
             original_len: 0,
         };
         let mut out = Vec::new();
-        json.malformed(
+        malformed(
             &mut out,
+            false,
             &record,
-            Some(Path::new("a \"quoted\" name.pcap")),
+            Some("a \"quoted\" name.pcap"),
             &Error::UnknownOpcode(0x44),
-        )
-        .and_then(|()| json.flush(&mut out))
-        .expect("writing to memory");
+        );
         let v: serde_json::Value = serde_json::from_slice(&out).expect("valid JSON");
         assert_eq!(v["roce.file"], "a \"quoted\" name.pcap");
         assert_eq!(v["frame.time_epoch"], "1.000000005");

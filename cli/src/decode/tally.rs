@@ -1,7 +1,5 @@
 //! The closing summary: packets per opcode, bad ICRCs, malformed and other traffic.
 
-use std::io::{self, Write};
-
 use roce_wire::Opcode;
 
 pub struct Tally {
@@ -31,6 +29,16 @@ impl Tally {
         }
     }
 
+    /// Adds another tally's counts.
+    pub fn add(&mut self, other: &Tally) {
+        for (mine, theirs) in self.per_opcode.iter_mut().zip(&other.per_opcode) {
+            *mine += theirs;
+        }
+        self.bad_icrc += other.bad_icrc;
+        self.malformed += other.malformed;
+        self.not_roce += other.not_roce;
+    }
+
     pub fn malformed(&mut self) {
         self.malformed += 1;
     }
@@ -44,20 +52,20 @@ impl Tally {
         self.bad_icrc == 0 && self.malformed == 0
     }
 
-    pub fn write_summary(&self, out: &mut impl Write) -> io::Result<()> {
+    /// The closing lines: the packets by kind, then by opcode.
+    pub fn summary(&self) -> String {
         let roce: u64 = self.per_opcode.iter().sum();
         let total = roce + self.malformed + self.not_roce;
-        writeln!(
-            out,
-            "{total} packets: {roce} RoCE, {} malformed, {} not RoCE (skipped); {} bad ICRC",
+        let mut text = format!(
+            "{total} packets: {roce} RoCE, {} malformed, {} not RoCE (skipped); {} bad ICRC\n",
             self.malformed, self.not_roce, self.bad_icrc
-        )?;
+        );
         for op in Opcode::all() {
             let count = self.per_opcode[usize::from(op.value())];
             if count > 0 {
-                writeln!(out, "{count:>9}  {op}")?;
+                text.push_str(&format!("{count:>9}  {op}\n"));
             }
         }
-        Ok(())
+        text
     }
 }

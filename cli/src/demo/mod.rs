@@ -37,7 +37,9 @@ Examples:
   roce demo --scenario read --html read.html  the run as one page: ladder, memory, CPU line
   roce demo --size 1G                         a gigabyte, with progress and the Gbit/s
   roce demo --step                            pause after each step, for a classroom
-  roce demo --quiet; roce demo --json         only the proof lines, as text or JSON";
+  roce demo --quiet; roce demo --json         only the proof lines, as text or JSON
+  roce demo --scenario tcp-vs-rdma            what TCP costs the receiver's CPU, and RDMA not
+  roce demo --scenario allreduce --hosts 8    8 hosts sum their vectors in a ring, as AI training";
 
 #[derive(clap::Args)]
 #[command(after_help = AFTER_HELP, after_long_help = AFTER_LONG_HELP)]
@@ -45,14 +47,19 @@ pub struct Args {
     /// What to show.
     #[arg(long, default_value = "write")]
     scenario: ScenarioArg,
-    /// Run both NICs and the target program inside this process (the target is a thread that
+    /// Run the NICs and the host programs inside this process (the target is a thread that
     /// waits instead of a frozen process).
     #[arg(long)]
     in_process: bool,
     /// Move this many bytes (K, M, G suffixes, up to 2G) instead of the scenario's sentence;
-    /// shows progress and the achieved Gbit/s (write, read, send and imm).
+    /// shows progress and the achieved Gbit/s (write, read, send and imm). For tcp-vs-rdma the
+    /// bytes sent both ways (default 64M), for allreduce each host's vector of floats (default
+    /// 4M).
     #[arg(long, value_name = "SIZE")]
     size: Option<String>,
+    /// The hosts in the allreduce ring, each with its own NIC: 2 to 16 (default 4).
+    #[arg(long, value_name = "N")]
+    hosts: Option<usize>,
     /// Write every frame on the wire to this pcap file, for Wireshark.
     #[arg(long, value_name = "FILE")]
     pcap: Option<PathBuf>,
@@ -67,7 +74,9 @@ pub struct Args {
     /// Print only the proof lines.
     #[arg(long)]
     quiet: bool,
-    /// Print only the proof lines, each as a JSON object: {"scenario", "held", "proof"}.
+    /// Print only the proof lines, each as a JSON object: {"scenario", "held", "proof"}; and
+    /// the figures tcp-vs-rdma and allreduce measure, an object each: {"scenario", "figures",
+    /// ...}.
     #[arg(long)]
     json: bool,
 }
@@ -76,14 +85,15 @@ pub struct Args {
 #[derive(Clone, Copy)]
 struct ScenarioArg(Scenario);
 
-const SCENARIOS: [ScenarioArg; 6] = [
-    ScenarioArg(Scenario::ALL[0]),
-    ScenarioArg(Scenario::ALL[1]),
-    ScenarioArg(Scenario::ALL[2]),
-    ScenarioArg(Scenario::ALL[3]),
-    ScenarioArg(Scenario::ALL[4]),
-    ScenarioArg(Scenario::ALL[5]),
-];
+const SCENARIOS: [ScenarioArg; Scenario::ALL.len()] = {
+    let mut all = [ScenarioArg(Scenario::Write); Scenario::ALL.len()];
+    let mut i = 0;
+    while i < all.len() {
+        all[i] = ScenarioArg(Scenario::ALL[i]);
+        i += 1;
+    }
+    all
+};
 
 impl clap::ValueEnum for ScenarioArg {
     fn value_variants<'a>() -> &'a [ScenarioArg] {
@@ -123,6 +133,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         scenario: args.scenario.0,
         mode,
         size,
+        hosts: args.hosts,
         pcap: args.pcap,
         html: args.html,
     };
@@ -145,23 +156,33 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The proof lines as JSON lines, for scripts and CI: one object a proof, as it is told.
+/// The proof lines as JSON lines, for scripts and CI: one object a proof, as it is told; and
+/// one an object for each set of figures a scenario measured (`tcp-vs-rdma`, `allreduce`),
+/// told by its `figures` key, e.g. `{"scenario": "tcp-vs-rdma", "figures": "party", "transfer":
+/// "rdma", "party": "receiver", "on_cpu_ns": 0, ...}`.
 struct JsonProofs {
     scenario: Scenario,
 }
 
 impl Observer for JsonProofs {
     fn beat(&mut self, beat: &Beat) {
-        if let Beat::Proof { held, text } = beat {
-            let line = serde_json::json!({
+        let line = match beat {
+            Beat::Proof { held, text } => serde_json::json!({
                 "scenario": self.scenario.name(),
                 "held": held,
                 "proof": text,
-            });
-            // Like the narration: a reader that went away must not stop the demo half way,
-            // with its target frozen.
-            say!("{line}");
-        }
+            }),
+            Beat::Figures(figures) => {
+                let mut line = serde_json::Map::new();
+                line.insert("scenario".into(), self.scenario.name().into());
+                line.extend(figures.clone());
+                serde_json::Value::Object(line)
+            }
+            _ => return,
+        };
+        // Like the narration: a reader that went away must not stop the demo half way, with
+        // its target frozen.
+        say!("{line}");
     }
 }
 

@@ -15,7 +15,7 @@ pub fn regenerate() -> bool {
 
 /// The fields of the dump: where each frame came from, and every RoCE header field tshark
 /// knows, as tshark names them (tshark 4.0 files an AtomicETH's VA and R_Key under `reth`).
-const FIELDS: &[&str] = &[
+pub const FIELDS: &[&str] = &[
     "frame.number",
     "frame.len",
     "eth.src",
@@ -50,10 +50,15 @@ const FIELDS: &[&str] = &[
 /// tshark's dump of the RoCE frames of `pcap`: a header line, then one tab-separated line per
 /// frame.
 pub fn field_dump(pcap: &Path) -> String {
+    field_dump_of(pcap, FIELDS)
+}
+
+/// tshark's dump of `fields` of the RoCE frames of `pcap`, laid out as [`field_dump`]'s.
+pub fn field_dump_of(pcap: &Path, fields: &[&str]) -> String {
     let mut cmd = roce_tests::tshark_fields(pcap);
     cmd.args(["-Y", "infiniband"]);
     cmd.args(["-E", "header=y", "-E", "separator=/t", "-E", "occurrence=f"]);
-    for field in FIELDS {
+    for field in fields {
         cmd.args(["-e", field]);
     }
     let out = cmd

@@ -6,6 +6,7 @@
 
 pub mod captures;
 pub mod guest;
+pub mod pair;
 pub mod scenario;
 pub mod wire;
 
@@ -20,7 +21,7 @@ use guest::{Console, GUEST_MAC, NIC_IP, NIC_MAC};
 use scenario::{Group, Scenario, GUEST_TOOL_LIMIT_S};
 
 /// One guest at a time: under TCG a guest takes a whole core.
-static ONE_GUEST: Mutex<()> = Mutex::new(());
+pub static ONE_GUEST: Mutex<()> = Mutex::new(());
 /// TCP port of a group's first scenario (the ports are the NIC's and the guest's, not the
 /// host's, so any will do).
 const FIRST_PORT: u16 = 19100;
@@ -48,10 +49,73 @@ pub fn output_dir(group: &str) -> PathBuf {
     guest::target_dir().join("softroce-interop").join(group)
 }
 
-/// The two ends of the cable on loopback.
+/// The two ends of the cable on loopback: where our NIC's frames arrive (or, through a switch,
+/// the switch's port for the guest) and where the guest's do.
 struct Cable {
     ours: String,
     guest: String,
+}
+
+/// A `roce switch` with the guest on port 1 and our NIC on port 2.
+struct Switched {
+    proc: Proc,
+    /// Our NIC's end of its cable to port 2, and port 2's.
+    nic: String,
+    port: String,
+    captures: PathBuf,
+}
+
+impl Switched {
+    fn start(env: &Env, cable: &Cable, dir: &Path) -> Switched {
+        let nic = format!("127.0.0.1:{}", free_udp_port());
+        let port = format!("127.0.0.1:{}", free_udp_port());
+        let captures = dir.join("switch");
+        let guest_port = format!("{},{}", cable.ours, cable.guest);
+        let nic_port = format!("{port},{nic}");
+        let args = [
+            "switch",
+            "--port",
+            &guest_port,
+            "--port",
+            &nic_port,
+            "--pcap",
+            captures.to_str().unwrap(),
+        ];
+        let mut proc = Proc::spawn(env.roce(&args), false);
+        proc.expect(|l| l.starts_with("switch ready"));
+        Switched {
+            proc,
+            nic,
+            port,
+            captures,
+        }
+    }
+
+    /// Our NIC's cable: to the switch's port 2.
+    fn link(&self) -> String {
+        format!("cable:{},{}", self.nic, self.port)
+    }
+
+    /// Stops the switch; each port's capture must decode cleanly, and the switch must have
+    /// dropped nothing.
+    fn check(mut self, failures: &mut Vec<String>) -> String {
+        self.proc.signal(libc::SIGTERM);
+        let table = self.proc.drain_stdout();
+        self.proc.wait(Duration::from_secs(20));
+        for port in 1..=2 {
+            decode_strict(&self.captures.join(format!("port{port}.pcap")), failures);
+        }
+        let dropped: u64 = table
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(4)?.parse::<u64>().ok())
+            .sum();
+        if dropped > 0 || !table.contains("switch stopped") {
+            failures.push(format!(
+                "the switch dropped frames or did not stop:\n{table}"
+            ));
+        }
+        table
+    }
 }
 
 /// Runs every scenario of `group` and checks both sides of each, the guest's counters and
@@ -71,11 +135,18 @@ pub fn run(group: &Group) -> Vec<PathBuf> {
         ours: format!("127.0.0.1:{}", free_udp_port()),
         guest: format!("127.0.0.1:{}", free_udp_port()),
     };
+    let switched = group
+        .via_switch
+        .then(|| Switched::start(&env, &cable, &dir));
+    let our_link = match &switched {
+        Some(s) => s.link(),
+        None => format!("cable:{},{}", cable.ours, cable.guest),
+    };
     let nic = (!group.capture_each).then(|| {
         let nic = Nic {
             name: env.name("n"),
             ip: format!("{NIC_IP}/24"),
-            link: format!("cable:{},{}", cable.ours, cable.guest),
+            link: our_link.clone(),
             mtu: group.link_mtu,
             neighbours: Vec::new(),
             pcap: Some(dir.join("nic.pcap")),
@@ -104,7 +175,7 @@ pub fn run(group: &Group) -> Vec<PathBuf> {
             let mut args = scenario.our_args(FIRST_PORT + n as u16);
             match &nic {
                 Some((nic, _)) => args.extend(["--nic".into(), nic.name.clone()]),
-                None => args.extend(own_nic_args(group, &cable, &captures[n])),
+                None => args.extend(own_nic_args(group, &our_link, &captures[n])),
             }
             run_ours(&env, args)
         })
@@ -129,6 +200,7 @@ pub fn run(group: &Group) -> Vec<PathBuf> {
         drop(proc);
     }
     let rcvbuf_errors = wire::udp_receive_buffer_errors() - rcvbuf_before;
+    let switch_table = switched.map(|s| s.check(&mut failures));
     let table = check_scenarios(group, &ours, &console, &mut failures);
     let wire = check_wire(group, &captures, &console, rcvbuf_errors, &mut failures);
 
@@ -150,6 +222,9 @@ pub fn run(group: &Group) -> Vec<PathBuf> {
         started.elapsed().as_secs_f64(),
         rxe_counters.join(" ")
     );
+    if let Some(table) = switch_table {
+        eprintln!("  the switch between them:\n{table}");
+    }
     assert!(
         failures.is_empty(),
         "group {}: {} problem(s) (logs in {}):\n{}",
@@ -177,10 +252,10 @@ fn start_guest(group: &Group, cable: &Cable, dir: &Path) -> (Proc, u32) {
 }
 
 /// What makes one of our runs bring up a NIC of its own on the cable, recording `pcap`.
-fn own_nic_args(group: &Group, cable: &Cable, pcap: &Path) -> Vec<String> {
+fn own_nic_args(group: &Group, link: &str, pcap: &Path) -> Vec<String> {
     let mut args = vec![
         "--link".to_owned(),
-        format!("cable:{},{}", cable.ours, cable.guest),
+        link.to_owned(),
         "--ip".into(),
         format!("{NIC_IP}/24"),
         "--link-mtu".into(),
@@ -218,6 +293,23 @@ fn run_ours(env: &Env, mut args: Vec<String>) -> Ours {
         stdout: proc.drain_stdout(),
         stderr: proc.stderr(),
         took: t0.elapsed(),
+    }
+}
+
+/// `roce decode --strict` of `capture`: a failure if it finds a bad ICRC or a malformed packet.
+fn decode_strict(capture: &Path, failures: &mut Vec<String>) {
+    let strict = Command::new(env!("CARGO_BIN_EXE_roce"))
+        .args(["decode", "--strict"])
+        .arg(capture)
+        .stdout(std::process::Stdio::null())
+        .output()
+        .expect("running roce decode");
+    if !strict.status.success() {
+        failures.push(format!(
+            "roce decode --strict {}: {}",
+            capture.display(),
+            String::from_utf8_lossy(&strict.stderr).trim()
+        ));
     }
 }
 
@@ -297,19 +389,7 @@ fn check_wire(
     }
     let mut all = wire::Wire::default();
     for capture in captures {
-        let strict = Command::new(env!("CARGO_BIN_EXE_roce"))
-            .args(["decode", "--strict"])
-            .arg(capture)
-            .stdout(std::process::Stdio::null())
-            .output()
-            .expect("running roce decode");
-        if !strict.status.success() {
-            failures.push(format!(
-                "roce decode --strict {}: {}",
-                capture.display(),
-                String::from_utf8_lossy(&strict.stderr).trim()
-            ));
-        }
+        decode_strict(capture, failures);
         let wire = wire::inspect(capture, NIC_MAC, GUEST_MAC);
         if !wire.bad.is_empty() {
             failures.push(format!(

@@ -153,6 +153,9 @@ pub struct Group {
     /// Each run of ours brings up a NIC of its own (`--link`, not `--nic`) and keeps its own
     /// capture, named by [`Scenario::capture_name`]; otherwise one `roce nic` serves them all.
     pub capture_each: bool,
+    /// The guest and our NIC are cabled to two ports of a `roce switch` rather than to each
+    /// other; each port's capture must pass `roce decode --strict` too.
+    pub via_switch: bool,
     pub scenarios: Vec<Scenario>,
 }
 

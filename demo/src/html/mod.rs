@@ -63,16 +63,11 @@ rect.read { fill: #1a7f37; }
 pre { background: #f6f8fa; padding: 12px; font-size: 12px; overflow-x: auto; }
 "#;
 
-/// Reports, once laid out, which drawings have a size (see the module's documentation).
-const CHECK: &str = r#"
-window.addEventListener('load', function () {
-  function drawn(el) { if (!el) return false; var b = el.getBBox(); return b.width > 0 || b.height > 0; }
-  var packets = Array.prototype.filter.call(document.querySelectorAll('#ladder .packet'), drawn).length;
-  var memory = drawn(document.getElementById('written-range') || document.getElementById('read-range'));
-  var cpu = drawn(document.getElementById('cpu-line'));
-  document.body.setAttribute('data-rendered', 'packets=' + packets + ' memory=' + memory + ' cpu=' + cpu);
-});
-"#;
+/// Which drawings have a size, once laid out (see the module's documentation): a JavaScript
+/// expression over `drawn(element)` and `count(selector)`.
+const CHECK: &str = "'packets=' + count('#ladder .packet') + \
+    ' memory=' + drawn(document.getElementById('written-range') || document.getElementById('read-range')) + \
+    ' cpu=' + drawn(document.getElementById('cpu-line'))";
 
 /// What the page is made of.
 pub struct Page<'a> {
@@ -119,14 +114,6 @@ impl Page<'_> {
 
     pub fn render(&self) -> String {
         let r = self.record;
-        let proofs: Vec<(bool, &str)> = self
-            .beats
-            .iter()
-            .filter_map(|b| match b {
-                Beat::Proof { held, text } => Some((*held, text.as_str())),
-                _ => None,
-            })
-            .collect();
         let timeline = timeline::Timeline {
             samples: &r.samples,
             frames: &r.frames,
@@ -141,42 +128,75 @@ impl Page<'_> {
             ("op-ack", "ACK"),
             ("op-nak", "NAK / RNR NAK"),
         ];
-        let page: Markup = html! {
-            (DOCTYPE)
-            html lang="en" {
-                head {
-                    meta charset="utf-8";
-                    title { "roce demo — " (self.scenario) }
-                    style { (PreEscaped(CSS)) }
+        let body = html! {
+            p.summary { (self.summary()) ". " (self.setup()) }
+            h2 { "Proof" }
+            (proofs(self.beats))
+            h2 { "The frames between the two NICs" }
+            p.legend {
+                @for (class, name) in legend {
+                    span class=(class) { i {} (name) }
                 }
-                body {
-                    h1 { "roce demo --scenario " (self.scenario) }
-                    p.summary { (self.summary()) ". " (self.setup()) }
-                    h2 { "Proof" }
-                    ul.proofs #proofs {
-                        @for (held, text) in &proofs {
-                            li class=(if *held { "held" } else { "failed" }) { (text) }
-                        }
-                    }
-                    h2 { "The frames between the two NICs" }
-                    p.legend {
-                        @for (class, name) in legend {
-                            span class=(class) { i {} (name) }
-                        }
-                        "Hover over a frame for its fields."
-                    }
-                    (ladder::render(&r.frames, r.frame_count))
-                    h2 { "The target's memory" }
-                    (memory_map::render(r.region_len, r.region_va, r.written.as_ref(), r.read.as_ref()))
-                    h2 { "The target's CPU while the data lands" }
-                    p { "The target's time on a CPU (from /proc), sampled every millisecond; the ticks are the frames." }
-                    (timeline.render())
-                    h2 { "What the demo said" }
-                    pre #transcript { (text::plain(self.beats)) }
-                    script { (PreEscaped(CHECK)) }
+                "Hover over a frame for its fields."
+            }
+            (ladder::render(&r.frames, r.frame_count))
+            h2 { "The target's memory" }
+            (memory_map::render(r.region_len, r.region_va, r.written.as_ref(), r.read.as_ref()))
+            h2 { "The target's CPU while the data lands" }
+            p { "The target's time on a CPU (from /proc), sampled every millisecond; the ticks are the frames." }
+            (timeline.render())
+        };
+        document(self.scenario, "", body, self.beats, CHECK)
+    }
+}
+
+/// The proof lines of `beats`, ✓ or ✗ each: `#proofs`.
+pub(crate) fn proofs(beats: &[Beat]) -> Markup {
+    html! {
+        ul.proofs #proofs {
+            @for beat in beats {
+                @if let Beat::Proof { held, text } = beat {
+                    li class=(if *held { "held" } else { "failed" }) { (text) }
                 }
             }
-        };
-        page.into_string()
+        }
     }
+}
+
+/// A page of `scenario`: the shared styles and `css`, its heading, `body`, what the demo said
+/// (`#transcript`), and a script that, once the browser has laid the page out, sets the body's
+/// `data-rendered` to `check`: a JavaScript expression that may use `drawn(element)` (whether
+/// it has a size) and `count(selector)` (how many of those elements do).
+pub(crate) fn document(
+    scenario: Scenario,
+    css: &str,
+    body: Markup,
+    beats: &[Beat],
+    check: &str,
+) -> String {
+    let page: Markup = html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                title { "roce demo — " (scenario) }
+                style { (PreEscaped(CSS)) (PreEscaped(css)) }
+            }
+            body {
+                h1 { "roce demo --scenario " (scenario) }
+                (body)
+                h2 { "What the demo said" }
+                pre #transcript { (text::plain(beats)) }
+                script {
+                    (PreEscaped(format!(
+                        "window.addEventListener('load', function () {{\n\
+                         function drawn(el) {{ if (!el) return false; var b = el.getBBox(); return b.width > 0 || b.height > 0; }}\n\
+                         function count(sel) {{ return Array.prototype.filter.call(document.querySelectorAll(sel), drawn).length; }}\n\
+                         document.body.setAttribute('data-rendered', {check});\n}});\n"
+                    )))
+                }
+            }
+        }
+    };
+    page.into_string()
 }

@@ -2,13 +2,13 @@
 //! what the HTML page needs ([`Record`]), and fail if a proof did not hold.
 
 mod act;
-mod initiator;
+pub(crate) mod initiator;
 mod memory;
 
 use std::fs::File;
 use std::io::Write;
 use std::ops::Range;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,7 +18,7 @@ use crate::plan::Plan;
 use crate::rig::{processes, threads, Layout};
 use crate::story::{Observer, Story};
 use crate::wire::{Seen, Wire};
-use crate::{html, DemoError, Scenario};
+use crate::{html, tcp_vs_rdma, DemoError, Scenario};
 
 /// Where the NICs and the target program run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +37,8 @@ pub struct Options {
     pub mode: Mode,
     /// Bytes to move instead of the scenario's sentence.
     pub size: Option<usize>,
+    /// Hosts in the allreduce ring.
+    pub hosts: Option<usize>,
     /// Write every frame to this pcap file.
     pub pcap: Option<PathBuf>,
     /// Write the HTML page to this file.
@@ -68,16 +70,19 @@ pub struct Record {
 /// standard error, and for `--in-process` the capture of the NICs' events), so the caller must
 /// not have installed its own. Fails if a proof line did not hold, after telling it.
 pub fn run(options: &Options, observer: &mut dyn Observer) -> Result<(), DemoError> {
+    if options.scenario == Scenario::Allreduce {
+        return crate::allreduce::run(options, observer);
+    }
+    if options.hosts.is_some() {
+        return Err(DemoError::Usage(
+            "--hosts applies to the allreduce scenario only".into(),
+        ));
+    }
     let plan = Plan::new(options.scenario, options.size)?;
     let wire = Wire::new(options.pcap.as_deref(), plan.dropped_frame())?;
     // Created now, so that a page that cannot be written fails the run before it starts.
     let page_file = match &options.html {
-        Some(path) => Some((
-            path,
-            File::create(path).map_err(|e| {
-                DemoError::Usage(format!("cannot create the page {}: {e}", path.display()))
-            })?,
-        )),
+        Some(path) => Some((path, create_page(path)?)),
         None => None,
     };
     let mut rig = match &options.mode {
@@ -91,30 +96,56 @@ pub fn run(options: &Options, observer: &mut dyn Observer) -> Result<(), DemoErr
         }
     };
     let mut story = Story::new(observer);
-    let record = act::play(&mut rig, &plan, &mut story)?;
+    let played = if options.scenario == Scenario::TcpVsRdma {
+        Played::Comparison(tcp_vs_rdma::play(&mut rig, &plan, &mut story)?)
+    } else {
+        Played::Pair(act::play(&mut rig, &plan, &mut story)?)
+    };
     let layout: Layout = rig.layout.clone();
     // The NICs stop before the capture is closed, so it holds every frame they sent.
     drop(rig);
     wire.finish()?;
     if let Some((path, mut file)) = page_file {
-        let page = html::Page {
-            scenario: options.scenario,
-            plan: &plan,
-            layout: &layout,
-            record: &record,
-            beats: story.beats(),
+        let page = match &played {
+            Played::Pair(record) => html::Page {
+                scenario: options.scenario,
+                plan: &plan,
+                layout: &layout,
+                record,
+                beats: story.beats(),
+            }
+            .render(),
+            Played::Comparison(record) => tcp_vs_rdma::html::Page {
+                layout: &layout,
+                record,
+                beats: story.beats(),
+            }
+            .render(),
         };
-        file.write_all(page.render().as_bytes()).map_err(|e| {
+        file.write_all(page.as_bytes()).map_err(|e| {
             DemoError::because(&format!("cannot write the page {}", path.display()), e)
         })?;
     }
-    let failed: Vec<String> = story
-        .proofs()
-        .filter(|(held, _)| !held)
-        .map(|(_, text)| text.to_owned())
-        .collect();
-    match failed.first() {
-        Some(first) => Err(DemoError::ProofFailed(first.clone())),
+    failed_proofs(&story)
+}
+
+/// What a scenario of two hosts leaves for its page.
+enum Played {
+    Pair(Record),
+    Comparison(tcp_vs_rdma::Record),
+}
+
+/// The file of `--html`, created before the run so that a page that cannot be written fails
+/// it at once.
+pub(crate) fn create_page(path: &Path) -> Result<File, DemoError> {
+    File::create(path)
+        .map_err(|e| DemoError::Usage(format!("cannot create the page {}: {e}", path.display())))
+}
+
+/// Fails with the first proof line of `story` that did not hold, if any.
+pub(crate) fn failed_proofs(story: &Story) -> Result<(), DemoError> {
+    match story.proofs().find(|(held, _)| !held) {
+        Some((_, text)) => Err(DemoError::ProofFailed(text.to_owned())),
         None => Ok(()),
     }
 }

@@ -75,7 +75,7 @@ enum Stage {
 
 /// How the demo reaches the target program: command lines in, answer lines out — the
 /// process's standard input and output, or a socket to the thread.
-struct Channel {
+pub(crate) struct Channel {
     commands: Box<dyn Write + Send>,
     answers: Receiver<String>,
     /// The target process and what it wrote to standard error (its reason, if it fails);
@@ -95,7 +95,10 @@ pub struct TargetHandle {
 
 impl Channel {
     /// The channel to a target process.
-    fn process(mut child: Child, stderr: Arc<Mutex<String>>) -> Result<Channel, DemoError> {
+    pub(crate) fn process(
+        mut child: Child,
+        stderr: Arc<Mutex<String>>,
+    ) -> Result<Channel, DemoError> {
         let commands = child
             .stdin
             .take()
@@ -108,7 +111,7 @@ impl Channel {
     }
 
     /// The channel to a target thread, over its socket.
-    fn thread(socket: UnixStream) -> Result<Channel, DemoError> {
+    pub(crate) fn thread(socket: UnixStream) -> Result<Channel, DemoError> {
         let commands = socket
             .try_clone()
             .map_err(|e| DemoError::because("cannot talk to the target thread", e))?;
@@ -173,7 +176,7 @@ impl Channel {
 
 impl TargetHandle {
     /// Waits for the target's `Ready`; `region` maps the memory it shared.
-    fn ready(
+    pub(crate) fn ready(
         mut channel: Channel,
         region: impl FnOnce(&Shared) -> Result<Arc<Region>, DemoError>,
     ) -> Result<TargetHandle, DemoError> {

@@ -11,9 +11,12 @@
 pub mod protocol;
 
 use std::io::{self, BufRead, BufReader, Write};
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::Duration;
+
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
 
 use roce_hostmem::{Region, VaBase};
 use roce_nic::verbs::{
@@ -23,13 +26,14 @@ use roce_nic::verbs::{
 
 use crate::events::since_epoch;
 use crate::plan::{self, Plan};
+use crate::tcp_vs_rdma::stream;
 use crate::{DemoError, Scenario};
 pub use protocol::{FromTarget, Shared, ToTarget};
 
 /// The GID index both hosts send from: 1, the NIC's IPv4 address.
 pub const GID_INDEX: u8 = 1;
 
-/// The target's verbs objects.
+/// The target's verbs objects, and for `tcp-vs-rdma` its TCP socket.
 struct Target {
     cq: CompletionQueue,
     qp: QueuePair,
@@ -37,6 +41,27 @@ struct Target {
     region: Arc<Region>,
     plan: Plan,
     psn: u32,
+    gid: Gid,
+    listener: Option<TcpListener>,
+    stream: Option<TcpStream>,
+}
+
+/// A program the demo drives with commands: the target of the two-host scenarios, or a host
+/// of the allreduce ring.
+pub(crate) trait Program {
+    /// What it shares once it is ready.
+    fn shared(&self) -> Result<Shared, DemoError>;
+
+    /// Puts in its memory what it needs there. Done after `Ready`, once the demo has mapped
+    /// the region and removed its name: writing a gigabyte takes a while, and a demo killed
+    /// meanwhile must leave nothing in /dev/shm. The demo's next command is read only after
+    /// this.
+    fn prepare(&mut self) -> Result<(), DemoError> {
+        Ok(())
+    }
+
+    /// Carries out one command and says how it went.
+    fn handle(&mut self, command: ToTarget) -> Result<FromTarget, DemoError>;
 }
 
 fn verbs(what: &str) -> impl Fn(VerbsError) -> DemoError + '_ {
@@ -70,6 +95,9 @@ impl Target {
         let mr = pd
             .register_at(&region, 0, region.len(), plan.access, va)
             .map_err(verbs("cannot register the target's memory"))?;
+        let gid = ctx
+            .gid(GID_INDEX)
+            .ok_or_else(|| DemoError::failed("the target's NIC has no IPv4 GID"))?;
         Ok(Target {
             cq,
             qp,
@@ -77,14 +105,32 @@ impl Target {
             region,
             plan: plan.clone(),
             psn: random_psn(),
+            gid,
+            listener: None,
+            stream: None,
         })
     }
+}
 
-    /// Puts in memory what the scenario needs there: the bytes to READ, the counter. Done
-    /// after `Ready`, once the demo has mapped the region and removed its name: writing a
-    /// gigabyte takes a while, and a demo killed meanwhile must leave nothing in /dev/shm.
-    /// The demo's next command is read only after this.
-    fn prepare(&self) -> Result<(), DemoError> {
+/// Writes zeros over all of `region`, so that every page of it is in memory.
+pub(crate) fn touch(region: &Region) -> Result<(), DemoError> {
+    let zeros = vec![0u8; (1 << 20).min(region.len())];
+    let mut at = 0;
+    while at < region.len() {
+        let n = zeros.len().min(region.len() - at);
+        region
+            .write(at, &zeros[..n])
+            .map_err(|e| DemoError::because("cannot prepare the memory", e))?;
+        at += n;
+    }
+    Ok(())
+}
+
+impl Program for Target {
+    /// Puts in memory what the scenario needs there: the bytes to READ, the counter; for
+    /// tcp-vs-rdma every page in place before anything is measured (a TCP receiver's buffer is
+    /// ready before the data comes, and the NIC's copy must not be told apart by page faults).
+    fn prepare(&mut self) -> Result<(), DemoError> {
         let plan = &self.plan;
         match plan.scenario {
             Scenario::Read => plan.payload.fill(&self.region, plan.offset as usize),
@@ -95,14 +141,13 @@ impl Target {
                     &plan::COUNTER_START.to_ne_bytes(),
                 )
                 .map_err(|e| DemoError::because("cannot set the counter", e)),
+            Scenario::TcpVsRdma => touch(&self.region),
             _ => Ok(()),
         }
     }
 
-    fn shared(&self, ctx: &Context) -> Result<Shared, DemoError> {
-        let gid = ctx
-            .gid(GID_INDEX)
-            .ok_or_else(|| DemoError::failed("the target's NIC has no IPv4 GID"))?;
+    fn shared(&self) -> Result<Shared, DemoError> {
+        let gid = self.gid;
         Ok(Shared {
             pid: std::process::id(),
             tid: rustix::thread::gettid().as_raw_nonzero().get(),
@@ -114,10 +159,11 @@ impl Target {
             va: self.mr.va,
             len: self.mr.len,
             access: self.mr.access.bits(),
+            send_qp: None,
         })
     }
 
-    fn handle(&self, command: ToTarget) -> Result<FromTarget, DemoError> {
+    fn handle(&mut self, command: ToTarget) -> Result<FromTarget, DemoError> {
         match command {
             ToTarget::Connect { qpn, psn, gid } => {
                 let gid = Gid::parse(&gid)
@@ -144,9 +190,73 @@ impl Target {
                 offset,
                 bytes: self.look(offset, len as usize)?,
             }),
+            ToTarget::Listen => {
+                let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+                    .map_err(|e| DemoError::because("cannot listen on loopback", e))?;
+                let port = listener
+                    .local_addr()
+                    .map_err(|e| DemoError::because("cannot listen on loopback", e))?
+                    .port();
+                self.listener = Some(listener);
+                Ok(FromTarget::Listening { port })
+            }
+            ToTarget::Accept { timeout_ms } => {
+                let listener = self
+                    .listener
+                    .as_ref()
+                    .ok_or_else(|| DemoError::failed("told to accept before listening"))?;
+                self.stream = Some(accept(listener, Duration::from_millis(timeout_ms))?);
+                Ok(FromTarget::Accepted)
+            }
+            ToTarget::ReceiveTcp {
+                offset,
+                len,
+                timeout_ms,
+            } => {
+                let stream = self
+                    .stream
+                    .as_ref()
+                    .ok_or_else(|| DemoError::failed("told to receive before a connection"))?;
+                let got = stream::receive_into(
+                    stream,
+                    &self.region,
+                    offset as usize,
+                    len as usize,
+                    Duration::from_millis(timeout_ms),
+                )
+                .map_err(|e| DemoError::because("cannot receive over TCP", e))?;
+                Ok(FromTarget::TcpReceived {
+                    first_at_us: got.first_at.as_micros() as u64,
+                    last_at_us: got.last_at.as_micros() as u64,
+                    reads: got.reads,
+                })
+            }
+            ToTarget::JoinRing { .. } | ToTarget::AllReduce { .. } => {
+                Err(DemoError::failed("the target of two hosts is in no ring"))
+            }
         }
     }
+}
 
+/// The one connection to `listener`, waiting at most `limit`.
+fn accept(listener: &TcpListener, limit: Duration) -> Result<TcpStream, DemoError> {
+    let mut fds = [PollFd::new(listener, PollFlags::IN)];
+    let timeout = Timespec::try_from(limit).unwrap_or_default();
+    let ready = poll(&mut fds, Some(&timeout))
+        .map_err(|e| DemoError::because("cannot wait for the sender", e))?;
+    if ready == 0 {
+        return Err(DemoError::failed(format!(
+            "the sender did not connect within {} ms",
+            limit.as_millis()
+        )));
+    }
+    let (stream, _) = listener
+        .accept()
+        .map_err(|e| DemoError::because("cannot accept the sender's connection", e))?;
+    Ok(stream)
+}
+
+impl Target {
     fn connect(&self, qpn: u32, psn: u32, gid: Gid) -> Result<(), VerbsError> {
         self.qp.modify(&QpAttr::init(self.plan.access))?;
         let mut rtr = QpAttr::rtr(AddressVector::to(gid, GID_INDEX), qpn, psn, self.plan.mtu);
@@ -227,13 +337,10 @@ pub fn opcode_name(op: WcOpcode) -> &'static str {
     }
 }
 
-/// Runs the target program: set up, say `Ready`, then answer each command line of `input`
-/// with a line on `output`, until `input` ends. A failure is said (`Failed`) before it is
-/// returned.
-fn serve(
-    ctx: &Context,
-    region: Arc<Region>,
-    plan: &Plan,
+/// Runs a program: set up, say `Ready`, then answer each command line of `input` with a line
+/// on `output`, until `input` ends. A failure is said (`Failed`) before it is returned.
+pub(crate) fn serve<P: Program>(
+    set_up: impl FnOnce() -> Result<P, DemoError>,
     input: impl BufRead,
     mut output: impl Write,
 ) -> Result<(), DemoError> {
@@ -247,15 +354,15 @@ fn serve(
         }
     };
     let result = (|| -> Result<(), DemoError> {
-        let target = Target::set_up(ctx, region, plan)?;
-        say(&FromTarget::Ready(target.shared(ctx)?));
-        target.prepare()?;
+        let mut program = set_up()?;
+        say(&FromTarget::Ready(program.shared()?));
+        program.prepare()?;
         let commands = input
             .lines()
             .map_while(Result::ok)
             .map_while(|line| serde_json::from_str::<ToTarget>(&line).ok());
         for command in commands {
-            say(&target.handle(command)?);
+            say(&program.handle(command)?);
         }
         Ok(())
     })();
@@ -279,9 +386,7 @@ pub fn run_process(
     let ctx = roce_nic::host::connect(nic).map_err(verbs("cannot open the target's NIC"))?;
     let region = crate::shm::region(region, plan.region_len)?;
     serve(
-        &ctx,
-        Arc::new(region),
-        &plan,
+        || Target::set_up(&ctx, Arc::new(region), &plan),
         io::stdin().lock(),
         io::stdout(),
     )
@@ -295,17 +400,26 @@ pub fn spawn_thread(
     region: Arc<Region>,
     plan: &Plan,
 ) -> Result<UnixStream, DemoError> {
+    let plan = plan.clone();
+    spawn_program("demo-target", move || Target::set_up(&ctx, region, &plan))
+}
+
+/// A program as a thread named `name`, set up by `set_up` in that thread, talking over a
+/// socket whose other end is returned (see [`spawn_thread`]).
+pub(crate) fn spawn_program<P: Program>(
+    name: &str,
+    set_up: impl FnOnce() -> Result<P, DemoError> + Send + 'static,
+) -> Result<UnixStream, DemoError> {
     let (mine, theirs) = UnixStream::pair()
-        .map_err(|e| DemoError::because("cannot connect to the target thread", e))?;
+        .map_err(|e| DemoError::because(&format!("cannot connect to the {name} thread"), e))?;
     let input = theirs
         .try_clone()
-        .map_err(|e| DemoError::because("cannot connect to the target thread", e))?;
-    let plan = plan.clone();
+        .map_err(|e| DemoError::because(&format!("cannot connect to the {name} thread"), e))?;
     std::thread::Builder::new()
-        .name("demo-target".into())
+        .name(name.into())
         .spawn(move || {
-            let _ = serve(&ctx, region, &plan, BufReader::new(input), theirs);
+            let _ = serve(set_up, BufReader::new(input), theirs);
         })
-        .map_err(|e| DemoError::because("cannot start the target thread", e))?;
+        .map_err(|e| DemoError::because(&format!("cannot start the {name} thread"), e))?;
     Ok(mine)
 }

@@ -21,6 +21,27 @@ pub struct Shared {
     pub len: u64,
     /// The rights granted, as ibverbs access bits.
     pub access: u32,
+    /// A host of the allreduce ring has a second QP, to send to the next host on (`qpn` and
+    /// `psn` are those of the QP the previous host sends to).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub send_qp: Option<QpEnd>,
+}
+
+/// A QP's number and first PSN: what its peer needs to connect to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QpEnd {
+    pub qpn: u32,
+    pub psn: u32,
+}
+
+/// A neighbour in the allreduce ring, as a host connects to it: its QP, its NIC's GID, and
+/// (for the next host, which this one writes to) its memory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RingPeer {
+    pub qp: QpEnd,
+    pub gid: String,
+    pub rkey: u32,
+    pub va: u64,
 }
 
 /// From the target to the demo.
@@ -50,6 +71,21 @@ pub enum FromTarget {
         /// When it woke, in microseconds since the Unix epoch.
         at_us: u64,
     },
+    /// tcp-vs-rdma: listening on this loopback TCP port.
+    Listening {
+        port: u16,
+    },
+    /// tcp-vs-rdma: accepted the sender's connection.
+    Accepted,
+    /// tcp-vs-rdma: the bytes came over TCP; when the first and the last were in its memory (in
+    /// microseconds since the Unix epoch), in how many reads.
+    TcpReceived {
+        first_at_us: u64,
+        last_at_us: u64,
+        reads: u64,
+    },
+    /// allreduce: the ring all-reduce ran; what each step did.
+    Reduced(crate::allreduce::host::Report),
     Failed {
         why: String,
     },
@@ -67,6 +103,21 @@ pub enum ToTarget {
     AwaitCompletion { timeout_ms: u64 },
     /// Read `len` bytes of the region from `offset`.
     Look { offset: u64, len: u64 },
+    /// tcp-vs-rdma: listen on a loopback TCP port for the sender.
+    Listen,
+    /// tcp-vs-rdma: accept the sender's connection (at most `timeout_ms`).
+    Accept { timeout_ms: u64 },
+    /// tcp-vs-rdma: read `len` bytes from the connection into the region at `offset`, as a
+    /// TCP receiver does (at most `timeout_ms`).
+    ReceiveTcp {
+        offset: u64,
+        len: u64,
+        timeout_ms: u64,
+    },
+    /// allreduce: connect to both neighbours in the ring.
+    JoinRing { next: RingPeer, prev: RingPeer },
+    /// allreduce: run the ring all-reduce (at most `timeout_ms`).
+    AllReduce { timeout_ms: u64 },
 }
 
 /// Most bytes a target reports of what it found: enough to show, not to move a gigabyte
@@ -90,6 +141,7 @@ mod tests {
             va: 0x7f00_0000_0000,
             len: 65536,
             access: 3,
+            send_qp: None,
         });
         for message in [shared, FromTarget::Connected] {
             let line = serde_json::to_string(&message).unwrap();
@@ -98,5 +150,11 @@ mod tests {
         }
         let line = serde_json::to_string(&ToTarget::Look { offset: 64, len: 8 }).unwrap();
         assert_eq!(line, r#"{"do":"look","offset":64,"len":8}"#);
+        // Shared without the ring's second QP reads as before.
+        let line = r#"{"say":"ready","pid":1,"tid":2,"qpn":17,"psn":5,"gid":"00","rkey":1,"lkey":1,"va":0,"len":8,"access":3}"#;
+        let FromTarget::Ready(shared) = serde_json::from_str(line).unwrap() else {
+            panic!("not ready")
+        };
+        assert_eq!(shared.send_qp, None);
     }
 }

@@ -142,7 +142,8 @@ impl<W: Write> Text<W> {
                 after,
             } => memory(out, *base, before, after)?,
             Beat::Proof { held, text } => proof(out, *held, text, "   ")?,
-            Beat::EndOfStep => {}
+            // Told in words already; for scripts only.
+            Beat::Figures(_) | Beat::EndOfStep => {}
         }
         out.flush()
     }

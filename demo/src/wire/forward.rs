@@ -1,7 +1,8 @@
 //! The wire between two NIC processes: each NIC's UDP cable ends at a socket of the demo, which
 //! forwards every datagram (one Ethernet frame each) to the other NIC's cable, through the
 //! [`Wire`]. Loopback only; the loop forwards only what arrives and stops when told, or at its
-//! deadline whatever happens.
+//! deadline whatever happens. The loop itself ([`Forwarder`]) takes any number of cables: the
+//! allreduce runs one for all its hosts' cables to their switch.
 
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
@@ -34,17 +35,9 @@ pub struct Sockets {
 impl Sockets {
     /// Two sockets on loopback ports the kernel picks.
     pub fn bind() -> Result<Sockets, DemoError> {
-        let bind = || {
-            let socket = UdpSocket::bind("127.0.0.1:0")
-                .map_err(|e| DemoError::because("cannot open the demo's end of a cable", e))?;
-            let fd = socket.as_fd();
-            let _ = sockopt::set_socket_recv_buffer_size(fd, SOCKET_BUFFER);
-            let _ = sockopt::set_socket_send_buffer_size(fd, SOCKET_BUFFER);
-            Ok::<UdpSocket, DemoError>(socket)
-        };
         Ok(Sockets {
-            initiator: bind()?,
-            target: bind()?,
+            initiator: cable_end()?,
+            target: cable_end()?,
         })
     }
 
@@ -76,59 +69,44 @@ impl Sockets {
         };
         connect(&self.initiator, initiator)?;
         connect(&self.target, target)?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&stop);
-        let deadline = Instant::now() + limit;
-        let thread = std::thread::Builder::new()
-            .name("demo-wire".into())
-            .spawn(move || self.run(&wire, &flag, deadline))
-            .map_err(|e| DemoError::because("cannot start the wire", e))?;
-        Ok(Forwarder {
-            stop,
-            thread: Some(thread),
-        })
-    }
-
-    fn run(self, wire: &Wire, stop: &AtomicBool, deadline: Instant) {
-        let mut buf = vec![0u8; DATAGRAM];
-        while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
-            let mut fds = [
-                PollFd::new(&self.initiator, PollFlags::IN),
-                PollFd::new(&self.target, PollFlags::IN),
-            ];
-            let tick = Timespec::try_from(TICK).unwrap_or_default();
-            if poll(&mut fds, Some(&tick)).is_err() {
-                continue;
-            }
-            let ready = [!fds[0].revents().is_empty(), !fds[1].revents().is_empty()];
-            if ready[0] {
-                pass(
-                    &self.initiator,
-                    &self.target,
-                    Side::Initiator,
-                    wire,
-                    &mut buf,
-                );
-            }
-            if ready[1] {
-                pass(&self.target, &self.initiator, Side::Target, wire, &mut buf);
-            }
-        }
+        let sides = [Side::Initiator, Side::Target];
+        Forwarder::spawn(
+            "demo-wire",
+            vec![self.initiator, self.target],
+            limit,
+            move |sockets, from, frame| {
+                if wire.carry(sides[from], frame) {
+                    // A full socket buffer or a NIC not listening: the frame is lost, as on a
+                    // wire, and the transport recovers.
+                    let _ = sockets[1 - from].send(frame);
+                }
+            },
+        )
     }
 }
 
-/// Forwards what has arrived on `from` to `to`: each datagram once, so the loop sends no more
-/// than the NICs do.
-fn pass(from: &UdpSocket, to: &UdpSocket, side: Side, wire: &Wire, buf: &mut [u8]) {
+/// A loopback UDP socket for the demo's end of a NIC's cable, with buffers as large as the
+/// NICs ask for.
+pub fn cable_end() -> Result<UdpSocket, DemoError> {
+    let socket = UdpSocket::bind("127.0.0.1:0")
+        .map_err(|e| DemoError::because("cannot open the demo's end of a cable", e))?;
+    let fd = socket.as_fd();
+    let _ = sockopt::set_socket_recv_buffer_size(fd, SOCKET_BUFFER);
+    let _ = sockopt::set_socket_send_buffer_size(fd, SOCKET_BUFFER);
+    Ok(socket)
+}
+
+/// Hands every datagram that has arrived on `sockets[from]` to `forward`: each once, so the
+/// loop sends no more than the NICs do.
+fn pass(
+    sockets: &[UdpSocket],
+    from: usize,
+    buf: &mut [u8],
+    forward: &mut impl FnMut(&[UdpSocket], usize, &[u8]),
+) {
     loop {
-        match from.recv(buf) {
-            Ok(n) => {
-                if wire.carry(side, &buf[..n]) {
-                    // A full socket buffer or a NIC not listening: the frame is lost, as on a
-                    // wire, and the transport recovers.
-                    let _ = to.send(&buf[..n]);
-                }
-            }
+        match sockets[from].recv(buf) {
+            Ok(n) => forward(sockets, from, &buf[..n]),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
             // ICMP port unreachable from an earlier send: nothing to read.
             Err(_) => return,
@@ -140,6 +118,47 @@ fn pass(from: &UdpSocket, to: &UdpSocket, side: Side, wire: &Wire, buf: &mut [u8
 pub struct Forwarder {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+}
+
+impl Forwarder {
+    /// Starts a thread named `name` that waits for datagrams on any of `sockets` (connected
+    /// and non-blocking, one per NIC) and hands each to `forward` with the index of the socket
+    /// it came on, until the forwarder is dropped or `limit` has passed.
+    pub fn spawn(
+        name: &str,
+        sockets: Vec<UdpSocket>,
+        limit: Duration,
+        mut forward: impl FnMut(&[UdpSocket], usize, &[u8]) + Send + 'static,
+    ) -> Result<Forwarder, DemoError> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let deadline = Instant::now() + limit;
+        let thread = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                let mut buf = vec![0u8; DATAGRAM];
+                let mut fds: Vec<PollFd> = sockets
+                    .iter()
+                    .map(|s| PollFd::new(s, PollFlags::IN))
+                    .collect();
+                let tick = Timespec::try_from(TICK).unwrap_or_default();
+                while !flag.load(Ordering::Relaxed) && Instant::now() < deadline {
+                    if poll(&mut fds, Some(&tick)).is_err() {
+                        continue;
+                    }
+                    for (from, fd) in fds.iter().enumerate() {
+                        if !fd.revents().is_empty() {
+                            pass(&sockets, from, &mut buf, &mut forward);
+                        }
+                    }
+                }
+            })
+            .map_err(|e| DemoError::because(&format!("cannot start {name}"), e))?;
+        Ok(Forwarder {
+            stop,
+            thread: Some(thread),
+        })
+    }
 }
 
 impl Drop for Forwarder {

@@ -39,7 +39,7 @@ pub struct Brief {
 }
 
 impl Brief {
-    fn of(frame: &[u8]) -> Option<Brief> {
+    pub fn of(frame: &[u8]) -> Option<Brief> {
         let frame = Frame::parse(frame).ok()?;
         let bth = frame.repr.bth;
         Some(Brief {
@@ -73,8 +73,7 @@ pub struct Seen {
 struct State {
     frames: Vec<Seen>,
     count: u32,
-    pcap: Option<capture::Writer<BufWriter<File>>>,
-    pcap_error: Option<String>,
+    pcap: Pcap,
     /// Which of the initiator's RoCE frames to lose (0 is the first), if any.
     drop: Option<u32>,
     initiator_roce_frames: u32,
@@ -92,29 +91,12 @@ impl Wire {
     /// A wire that writes every frame to `pcap` (if given) and loses the initiator's RoCE frame
     /// number `drop` (0 is the first).
     pub fn new(pcap: Option<&Path>, drop: Option<u32>) -> Result<Arc<Wire>, DemoError> {
-        let pcap = match pcap {
-            None => None,
-            Some(path) => {
-                let file = File::create(path).map_err(|e| {
-                    DemoError::Usage(format!(
-                        "cannot create the capture file {}: {e}",
-                        path.display()
-                    ))
-                })?;
-                Some(capture::Writer::new(BufWriter::new(file)).map_err(|e| {
-                    DemoError::because(
-                        &format!("cannot write the capture file {}", path.display()),
-                        e,
-                    )
-                })?)
-            }
-        };
+        let pcap = Pcap::create(pcap)?;
         Ok(Arc::new(Wire {
             state: Mutex::new(State {
                 frames: Vec::new(),
                 count: 0,
                 pcap,
-                pcap_error: None,
                 drop,
                 initiator_roce_frames: 0,
                 payload_to: [0; 2],
@@ -143,11 +125,7 @@ impl Wire {
             }
         }
         // A lost frame was still sent: a capture at the sender holds it, and so does ours.
-        if let Some(pcap) = &mut state.pcap {
-            if let Err(e) = pcap.write(at, frame) {
-                state.pcap_error.get_or_insert(e.to_string());
-            }
-        }
+        state.pcap.write(at, frame);
         state.count += 1;
         let number = state.count;
         if state.frames.len() < LISTED {
@@ -184,7 +162,7 @@ impl Wire {
 
     /// Whether every frame goes to a pcap file (`--pcap`).
     pub fn recording(&self) -> bool {
-        self.state().pcap.is_some()
+        self.state().pcap.is_recording()
     }
 
     /// Every frame that crossed, listed or not.
@@ -224,12 +202,65 @@ impl Wire {
 
     /// Puts the capture on disk; says so if any frame could not be written.
     pub fn finish(&self) -> Result<(), DemoError> {
-        let mut state = self.state();
-        if let Some(e) = state.pcap_error.take() {
+        self.state().pcap.finish()
+    }
+}
+
+/// The capture of `--pcap`: every frame written as it crosses. A frame that cannot be written
+/// does not stop the others; the first failure is reported when the capture is finished.
+pub struct Pcap {
+    writer: Option<capture::Writer<BufWriter<File>>>,
+    error: Option<String>,
+}
+
+impl Pcap {
+    /// A capture into a new file at `path`, or none.
+    pub fn create(path: Option<&Path>) -> Result<Pcap, DemoError> {
+        let writer = match path {
+            None => None,
+            Some(path) => {
+                let file = File::create(path).map_err(|e| {
+                    DemoError::Usage(format!(
+                        "cannot create the capture file {}: {e}",
+                        path.display()
+                    ))
+                })?;
+                Some(capture::Writer::new(BufWriter::new(file)).map_err(|e| {
+                    DemoError::because(
+                        &format!("cannot write the capture file {}", path.display()),
+                        e,
+                    )
+                })?)
+            }
+        };
+        Ok(Pcap {
+            writer,
+            error: None,
+        })
+    }
+
+    /// Whether there is a file to write to.
+    pub fn is_recording(&self) -> bool {
+        self.writer.is_some()
+    }
+
+    /// Writes `frame`, seen `at` (since the Unix epoch).
+    pub fn write(&mut self, at: Duration, frame: &[u8]) {
+        if let Some(writer) = &mut self.writer {
+            if let Err(e) = writer.write(at, frame) {
+                self.error.get_or_insert(e.to_string());
+            }
+        }
+    }
+
+    /// Puts the capture on disk; says so if any frame could not be written.
+    pub fn finish(&mut self) -> Result<(), DemoError> {
+        if let Some(e) = self.error.take() {
             return Err(DemoError::because("cannot write the capture file", e));
         }
-        if let Some(pcap) = state.pcap.take() {
-            pcap.into_inner()
+        if let Some(writer) = self.writer.take() {
+            writer
+                .into_inner()
                 .flush()
                 .map_err(|e| DemoError::because("cannot write the capture file", e))?;
         }

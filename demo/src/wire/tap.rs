@@ -1,5 +1,6 @@
 //! The wire inside one process: a link wrapper that hands every frame its NIC sends to the
-//! [`Wire`] first, and sends it on only if the wire does not lose it.
+//! [`Wire`] first, and sends it on only if the wire does not lose it — or to any other watcher
+//! (the allreduce's taps on the cables to its switch).
 
 use std::io;
 use std::os::fd::RawFd;
@@ -13,22 +14,33 @@ use roce_nic::waker::Waker;
 use super::Wire;
 use crate::Side;
 
-/// The link of the NIC on `side`, watched by the wire.
+/// What a tap does with each frame its NIC sends: look at it, and say whether it goes on.
+type Watch = Box<dyn FnMut(&[u8]) -> bool + Send>;
+
+/// A NIC's link, watched.
 pub struct Tap<L: Link> {
     inner: L,
-    wire: Arc<Wire>,
-    side: Side,
+    watch: Watch,
 }
 
 impl<L: Link> Tap<L> {
+    /// The link of the NIC on `side`, watched by the wire.
     pub fn new(inner: L, wire: Arc<Wire>, side: Side) -> Tap<L> {
-        Tap { inner, wire, side }
+        Tap::watching(inner, move |frame| wire.carry(side, frame))
+    }
+
+    /// The link `inner`, whose every frame sent goes to `watch` first, and on if it says so.
+    pub fn watching(inner: L, watch: impl FnMut(&[u8]) -> bool + Send + 'static) -> Tap<L> {
+        Tap {
+            inner,
+            watch: Box::new(watch),
+        }
     }
 }
 
 impl<L: Link> Link for Tap<L> {
     fn send(&mut self, frame: FrameBuf) -> io::Result<()> {
-        if self.wire.carry(self.side, &frame) {
+        if (self.watch)(&frame) {
             self.inner.send(frame)
         } else {
             // Lost on the wire: the sender cannot tell, as with a real cable.
@@ -54,6 +66,10 @@ impl<L: Link> Link for Tap<L> {
 
     fn service(&mut self, now: Instant) -> Option<Instant> {
         self.inner.service(now)
+    }
+
+    fn flush_sends(&mut self) -> u64 {
+        self.inner.flush_sends()
     }
 
     fn flush(&mut self) -> io::Result<()> {

@@ -203,6 +203,12 @@ impl Engine {
         busy |= self.transmit();
         busy |= self.ip_stack.poll(&mut self.tx, Instant::now());
         self.timers();
+        // What the link batched goes out before the engine looks for more work or sleeps.
+        let lost = self.tx.link().flush_sends();
+        if lost > 0 {
+            crate::counters::add(&self.counters.tx_dropped, lost);
+            debug!(lost, "the link could not send its whole batch");
+        }
         busy
     }
 

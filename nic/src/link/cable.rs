@@ -2,7 +2,12 @@
 //! with no header of its own. This is exactly what QEMU's `-netdev dgram` (and the older
 //! `-netdev socket,udp=`) sends, so two NIC processes can be cabled together over loopback, or a
 //! virtual machine's network card plugged straight into our NIC, with no root and no tap device.
+//!
+//! Frames go out and come in by the batch ([`super::udp_batch`]): `send` collects frames and
+//! [`Link::flush_sends`] (at the end of each engine pass, or when a batch is full) hands them to
+//! the kernel with one `sendmmsg`; `recv` hands out frames that one `recvmmsg` brought in.
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
@@ -13,8 +18,9 @@ use std::sync::Arc;
 use rustix::net::sockopt;
 use tracing::{debug, warn};
 
+use super::udp_batch::{UdpBatch, MAX_BATCH};
 use super::Link;
-use crate::buf::{BufPool, FrameBuf, FRAME_CAPACITY};
+use crate::buf::{BufPool, FrameBuf};
 use crate::waker::Waker;
 
 /// Socket buffer size asked for in each direction. The default (about 200 KiB) holds fewer than
@@ -70,11 +76,23 @@ impl fmt::Display for CableAddrs {
     }
 }
 
+/// Frames one `recvmmsg` may bring in.
+const RX_BATCH: usize = 64;
+
 /// One end of a UDP cable.
 pub struct CableLink {
     socket: UdpSocket,
     addrs: CableAddrs,
     pool: Option<Arc<BufPool>>,
+    batch: UdpBatch,
+    /// Frames sent but not yet handed to the kernel.
+    pending: Vec<FrameBuf>,
+    /// Frames received and not yet taken.
+    received: VecDeque<FrameBuf>,
+    /// Empty buffers for the next `recvmmsg`.
+    spare: Vec<FrameBuf>,
+    /// Frames lost by batches sent since the last `flush_sends`.
+    lost: u64,
 }
 
 impl CableLink {
@@ -91,6 +109,11 @@ impl CableLink {
             socket,
             addrs,
             pool: None,
+            batch: UdpBatch::new(true),
+            pending: Vec::with_capacity(MAX_BATCH),
+            received: VecDeque::with_capacity(RX_BATCH),
+            spare: Vec::with_capacity(RX_BATCH),
+            lost: 0,
         })
     }
 
@@ -98,9 +121,40 @@ impl CableLink {
         self.addrs
     }
 
-    fn take_buf(&mut self) -> FrameBuf {
+    /// Hands the pending frames to the kernel; returns how many it did not take. Those are lost,
+    /// as on a wire: a full socket buffer, or nobody listening at the other end yet.
+    fn send_batch(&mut self) -> u64 {
+        if self.pending.is_empty() {
+            return 0;
+        }
+        let total = self.pending.len();
+        let sent = match self.batch.send(self.socket.as_fd(), &self.pending) {
+            Ok(sent) => sent,
+            Err(e) => {
+                debug!(error = %e, frames = total, "cable send failed");
+                0
+            }
+        };
+        self.pending.clear();
+        (total - sent) as u64
+    }
+
+    /// Fills `received` with what one `recvmmsg` finds.
+    fn receive_batch(&mut self) -> io::Result<()> {
         // `attach` comes before any receive; a link used without an engine gets its own pool.
-        self.pool.get_or_insert_with(|| BufPool::new(64)).take()
+        let pool = self.pool.get_or_insert_with(|| BufPool::new(64));
+        while self.spare.len() < RX_BATCH {
+            self.spare.push(pool.take());
+        }
+        let n = self.batch.recv(self.socket.as_fd(), &mut self.spare)?;
+        for buf in self.spare.drain(..n) {
+            if buf.is_empty() {
+                debug!("datagram larger than any frame dropped");
+                continue;
+            }
+            self.received.push_back(buf);
+        }
+        Ok(())
     }
 }
 
@@ -131,47 +185,35 @@ fn grow_buffers(socket: &UdpSocket) {
     }
 }
 
-/// Errors that mean "the frame did not make it", as on a wire: a full socket buffer, or nobody
-/// listening at the other end yet (an ICMP port-unreachable reported on a connected socket).
-fn is_wire_loss(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::WouldBlock | io::ErrorKind::ConnectionRefused
-    ) || e.raw_os_error() == Some(libc::ENOBUFS)
-}
-
 impl Link for CableLink {
     fn send(&mut self, frame: FrameBuf) -> io::Result<()> {
-        // Every error is a dropped frame to the engine, which counts it; see `is_wire_loss`.
-        self.socket.send(&frame).map(|_| ())
+        self.pending.push(frame);
+        if self.pending.len() >= MAX_BATCH {
+            self.lost += self.send_batch();
+        }
+        Ok(())
+    }
+
+    fn flush_sends(&mut self) -> u64 {
+        let lost = self.lost + self.send_batch();
+        self.lost = 0;
+        lost
     }
 
     fn recv(&mut self) -> io::Result<Option<FrameBuf>> {
-        loop {
-            let mut buf = self.take_buf();
-            let flags = rustix::net::RecvFlags::TRUNC;
-            match rustix::net::recv(self.socket.as_fd(), buf.space(), flags) {
-                Ok((_, len)) if len > FRAME_CAPACITY => {
-                    debug!(len, "datagram larger than any frame dropped");
-                    continue;
-                }
-                Ok((_, len)) => {
-                    buf.set_len(len);
-                    return Ok(Some(buf));
-                }
-                Err(e) => {
-                    let e = io::Error::from(e);
-                    if is_wire_loss(&e) {
-                        // WouldBlock: nothing more now. Refused: a send of ours found no
-                        // listener; the error is reported once, the next receive goes on.
-                        if e.kind() == io::ErrorKind::WouldBlock {
-                            return Ok(None);
-                        }
-                        continue;
-                    }
-                    return Err(e);
-                }
-            }
+        if self.received.is_empty() {
+            self.receive_batch()?;
+        }
+        Ok(self.received.pop_front())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self.flush_sends() {
+            0 => Ok(()),
+            lost => Err(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                format!("{lost} frames lost at shutdown: the socket buffer is full"),
+            )),
         }
     }
 
@@ -184,13 +226,18 @@ impl Link for CableLink {
     }
 
     fn describe(&self) -> String {
-        format!("UDP cable {} -> {}", self.addrs.local, self.addrs.remote)
+        let gso = if self.batch.gso() { ", GSO" } else { "" };
+        format!(
+            "UDP cable {} -> {} (batched{gso})",
+            self.addrs.local, self.addrs.remote
+        )
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::buf::FRAME_CAPACITY;
 
     fn spec(text: &str) -> Result<CableAddrs, CableSpecError> {
         text.parse()
@@ -260,9 +307,11 @@ mod tests {
         let big: Vec<u8> = (0..FRAME_CAPACITY).map(|i| i as u8).collect();
         a.send(pool.copy_of(b"first frame")).unwrap();
         a.send(pool.copy_of(&big)).unwrap();
+        assert_eq!(a.flush_sends(), 0);
         assert_eq!(&recv_within(&mut b)[..], b"first frame");
         assert_eq!(&recv_within(&mut b)[..], &big[..]);
         b.send(pool.copy_of(b"back")).unwrap();
+        assert_eq!(b.flush_sends(), 0);
         assert_eq!(&recv_within(&mut a)[..], b"back");
         assert!(a.recv().unwrap().is_none());
     }
@@ -279,16 +328,25 @@ mod tests {
     #[test]
     fn sending_with_nobody_at_the_other_end_is_a_loss_not_a_failure() {
         let (mut a, b) = cabled_pair();
+        let far_end = b.addrs().local;
         drop(b);
         let pool = BufPool::new(8);
         // The first send may succeed (the ICMP answer comes later); neither it nor the ones
         // after may break the link.
         for _ in 0..3 {
-            if let Err(e) = a.send(pool.copy_of(b"anyone?")) {
-                assert!(is_wire_loss(&e), "{e}");
-            }
+            a.send(pool.copy_of(b"anyone?")).unwrap();
+            a.flush_sends();
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
         assert!(a.recv().unwrap().is_none());
+        // Someone plugs the other end back in: the next frame reaches them.
+        let back = UdpSocket::bind(far_end).unwrap();
+        back.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        a.send(pool.copy_of(b"still here")).unwrap();
+        assert_eq!(a.flush_sends(), 0);
+        let mut buf = [0u8; 64];
+        let n = back.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"still here");
     }
 }

@@ -332,6 +332,10 @@ impl<L: Link> Link for Faulty<L> {
             .min()
     }
 
+    fn flush_sends(&mut self) -> u64 {
+        self.inner.flush_sends()
+    }
+
     fn flush(&mut self) -> io::Result<()> {
         let now = Instant::now() + Duration::from_secs(3600);
         self.tx.release(now);

@@ -3,11 +3,15 @@
 //! wrappers (a pcap tee, fault injection) compose around any of them.
 
 pub mod cable;
+pub mod ecn;
 pub mod faults;
 pub mod iface;
 pub mod mem;
 pub mod paced;
 pub mod pcap;
+pub mod pfc;
+pub mod shm;
+pub mod udp_batch;
 
 use std::io;
 use std::os::fd::RawFd;
@@ -49,6 +53,15 @@ pub trait Link: Send {
         None
     }
 
+    /// Puts on the wire what [`Link::send`] held back to batch its system calls (the UDP cable
+    /// sends up to a batch of frames with one `sendmmsg`), and returns how many frames were
+    /// lost doing so since the last call (a full socket buffer: the engine counts them as
+    /// dropped). The engine calls it at the end of every pass, before it sleeps; a link that
+    /// sends at once has nothing to do.
+    fn flush_sends(&mut self) -> u64 {
+        0
+    }
+
     /// Frames that reached the wire are in their final place (flushes files). Called at shutdown.
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
@@ -76,6 +89,9 @@ impl Link for Box<dyn Link> {
     }
     fn service(&mut self, now: Instant) -> Option<Instant> {
         (**self).service(now)
+    }
+    fn flush_sends(&mut self) -> u64 {
+        (**self).flush_sends()
     }
     fn flush(&mut self) -> io::Result<()> {
         (**self).flush()

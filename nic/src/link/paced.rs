@@ -136,6 +136,10 @@ impl<L: Link> Link for Paced<L> {
         }
     }
 
+    fn flush_sends(&mut self) -> u64 {
+        self.inner.flush_sends()
+    }
+
     fn flush(&mut self) -> io::Result<()> {
         self.inner.flush()
     }

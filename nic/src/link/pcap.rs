@@ -121,6 +121,10 @@ impl<L: Link> Link for PcapTee<L> {
         self.inner.service(now)
     }
 
+    fn flush_sends(&mut self) -> u64 {
+        self.inner.flush_sends()
+    }
+
     fn flush(&mut self) -> io::Result<()> {
         self.sink.flush()?;
         self.inner.flush()

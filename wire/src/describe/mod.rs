@@ -12,6 +12,8 @@
 //! Not on the data path: a [`Description`] computes the ICRC once and walks the frame with a
 //! callback, allocating nothing; [`Description::fields`] collects into a `Vec` for convenience.
 
+mod mad;
+mod mad_tables;
 mod summary;
 mod tables;
 mod walk;
@@ -109,6 +111,10 @@ pub enum Words {
     Wait(Duration),
     /// The ICRC as carried, against the one computed.
     Icrc(Check),
+    /// A CM service ID: the RDMA CM's port space and port, where it is one.
+    Service(u64),
+    /// A CM timeout (4.096 µs × 2^value).
+    Timeout(Duration),
 }
 
 impl fmt::Display for Words {
@@ -126,6 +132,25 @@ impl fmt::Display for Words {
             ),
             Words::Icrc(check) if check.is_ok() => f.write_str("ok"),
             Words::Icrc(check) => write!(f, "BAD, expected {:#010x}", wire_order(check.expected)),
+            Words::Service(id) => match crate::cma::parse_service_id(id) {
+                Some((space, port)) => write!(f, "RDMA CM, {space} port {port}"),
+                None => f.write_str("not an RDMA CM service"),
+            },
+            Words::Timeout(t) => {
+                let micros = t.as_micros();
+                if micros < 1000 {
+                    write!(f, "{}.{:03} µs", micros, t.as_nanos() % 1000)
+                } else if micros < 1_000_000 {
+                    write!(f, "{}.{:02} ms", micros / 1000, micros % 1000 / 10)
+                } else {
+                    write!(
+                        f,
+                        "{}.{:02} s",
+                        micros / 1_000_000,
+                        micros % 1_000_000 / 10_000
+                    )
+                }
+            }
         }
     }
 }

@@ -5,7 +5,7 @@ use core::fmt;
 
 use super::{wire_order, Description};
 use crate::frame::NetworkRepr;
-use crate::opcode::Kind;
+use crate::opcode::{Kind, Opcode};
 
 /// The one-line summary of a frame; see [`Description::summary`].
 pub struct Summary<'d, 'f, 'a>(pub(super) &'d Description<'f, 'a>);
@@ -22,6 +22,23 @@ impl fmt::Display for Summary<'_, '_, '_> {
         if let Some(tag) = repr.ethernet.and_then(|e| e.vlan) {
             write!(f, " VLAN={}", tag.vid)?;
         }
+        // DSCP and ECN where they are set: the priority class, and what congestion control
+        // (DCQCN's marks, a CNP's own class) reads.
+        let (dscp, ecn) = match repr.network {
+            NetworkRepr::Ipv4 { dscp, ecn, .. } => (dscp, ecn),
+            NetworkRepr::Ipv6 { traffic_class, .. } => (traffic_class >> 2, traffic_class & 3),
+            NetworkRepr::Grh { .. } => (0, 0),
+        };
+        if dscp != 0 {
+            write!(f, " DSCP={dscp}")?;
+        }
+        if ecn != 0 {
+            write!(
+                f,
+                " ECN={}",
+                ["", "ECT(1)", "ECT(0)", "CE"][usize::from(ecn & 3)]
+            )?;
+        }
         let bth = &repr.bth;
         write!(f, " {} QP={:#08x} PSN={}", bth.opcode, bth.dest_qp, bth.psn)?;
         for (set, name) in [
@@ -37,6 +54,9 @@ impl fmt::Display for Summary<'_, '_, '_> {
         let ext = &repr.ext;
         if let Some(d) = ext.deth {
             write!(f, " Q_Key={:#010x} SrcQP={:#08x}", d.q_key, d.src_qp)?;
+        }
+        if super::mad::is_mad(frame) {
+            super::mad::summary(f, frame.payload())?;
         }
         if let Some(h) = ext.feth {
             write!(
@@ -72,7 +92,8 @@ impl fmt::Display for Summary<'_, '_, '_> {
         if let Some(i) = ext.ieth {
             write!(f, " Inv_R_Key={:#010x}", i.r_key)?;
         }
-        if bth.opcode.has_payload() {
+        // A CNP's 16 bytes after the BTH are reserved, not payload.
+        if bth.opcode.has_payload() && bth.opcode != Opcode::CNP {
             write!(f, " payload={}", repr.payload_len)?;
         }
         let check = self.0.icrc;

@@ -39,6 +39,24 @@ pub(super) enum Meaning {
     UdpChecksum,
     /// The ICRC against the one computed (set by the walker: it depends on the packet).
     Icrc(crate::icrc::Check),
+    MgmtClass,
+    MadMethod,
+    CmAttribute,
+    /// A CM service ID: the RDMA CM's port space and port, where it is one.
+    ServiceId,
+    /// The low byte of an RDMA CM port space, as tshark shows it.
+    PortSpaceLow,
+    /// 4.096 µs × 2^value.
+    Timeout,
+    ServiceType,
+    Mtu,
+    RnrRetry,
+    Rate,
+    MraMessage,
+    RejMessage,
+    RejReason,
+    Failover,
+    SidrStatus,
 }
 
 /// Whether a field is part of what a RoCE tool looks at (see [`super::Field::essential`]).
@@ -90,7 +108,7 @@ impl Spec {
 
 /// A row: `spec!(depth, name, key, (at, len, mask), shape, meaning)`.
 macro_rules! spec {
-    ($depth:expr, $name:expr, $key:literal, ($at:expr, $len:expr, $mask:expr), $shape:expr, $meaning:expr) => {
+    ($depth:expr, $name:expr, $key:expr, ($at:expr, $len:expr, $mask:expr), $shape:expr, $meaning:expr) => {
         Spec {
             depth: $depth,
             name: $name,
@@ -104,6 +122,8 @@ macro_rules! spec {
         }
     };
 }
+
+pub(super) use spec;
 
 use Depth::{Detail as D, Essential as E};
 use Meaning as M;
@@ -149,6 +169,8 @@ pub(super) const IPV4: &[Spec] = &[
 pub(super) const IPV6: &[Spec] = &[
     spec!(D, "Version",        "ipv6.version", (0, 1, 0xf0),     Dec,    NONE),
     spec!(E, "Traffic class",  "ipv6.tclass",  (0, 2, 0x0ff0),   Hex(2), NONE),
+    spec!(E, "DSCP",           "ipv6.tclass.dscp", (0, 2, 0x0fc0), Dec,   NONE),
+    spec!(E, "ECN",            "ipv6.tclass.ecn",  (0, 2, 0x0030), Dec,   M::Ecn),
     spec!(D, "Flow label",     "ipv6.flow",    (1, 3, 0x0f_ffff), Hex(5), NONE),
     spec!(D, "Payload length", "ipv6.plen",    (4, 2, 0),        Dec,    NONE),
     spec!(D, "Next header",    "ipv6.nxt",     (6, 1, 0),        Dec,    M::Fixed("UDP")),
@@ -307,5 +329,9 @@ pub(super) fn all() -> impl Iterator<Item = &'static Spec> {
         &other::ICRC_STATUS,
         &other::ETH_PADDING,
     ];
-    tables.into_iter().flatten().chain(others)
+    tables
+        .into_iter()
+        .flatten()
+        .chain(others)
+        .chain(super::mad_tables::all())
 }

@@ -250,7 +250,7 @@ fn the_summary_reads_like_a_line_of_tshark_with_more_said() {
     let frame = Frame::parse(&bytes).unwrap();
     assert_eq!(
         Description::new(&frame).summary().to_string(),
-        "10.0.0.1 → 10.0.0.2 RC RDMA_READ_REQUEST QP=0x000012 PSN=837 AckReq \
+        "10.0.0.1 → 10.0.0.2 DSCP=26 ECN=ECT(0) RC RDMA_READ_REQUEST QP=0x000012 PSN=837 AckReq \
          VA=0x0000000000001000 R_Key=0x000002b8 DMA_len=65536 ICRC ok"
     );
 
@@ -281,7 +281,7 @@ fn the_summary_reads_like_a_line_of_tshark_with_more_said() {
     assert_eq!(
         description.summary().to_string(),
         format!(
-            "fe80::1 → fe80::2 VLAN=7 UD SEND_ONLY_WITH_IMMEDIATE QP=0x000012 PSN=837 BECN \
+            "fe80::1 → fe80::2 VLAN=7 DSCP=26 UD SEND_ONLY_WITH_IMMEDIATE QP=0x000012 PSN=837 BECN \
              Q_Key=0x80010000 SrcQP=0x000001 Imm=0x01020304 payload=3 \
              ICRC BAD (expected {:#010x}, found {:#010x})",
             check.expected.swap_bytes(),
@@ -397,5 +397,129 @@ fn every_key_is_a_plain_name_that_json_never_escapes() {
             "{key}"
         );
         assert_eq!(spec.entry, format!(",\"{key}\":"));
+    }
+}
+
+/// A CM REQ from the RDMA CM, in a frame `cm::frame_repr` builds.
+fn cm_req_frame(network: NetworkRepr) -> Vec<u8> {
+    use crate::cm::{self, req, Message, Path, ServiceType};
+    use crate::cma::{self, PortSpace};
+    let header = cma::Repr {
+        version: 0,
+        src_port: 40000,
+        src: crate::IpAddress::Ipv4(Ipv4Address::new(10, 0, 0, 1)),
+        dst: crate::IpAddress::Ipv4(Ipv4Address::new(10, 0, 0, 2)),
+    };
+    let message = Message::Req(req::Repr {
+        local_comm_id: 0xabcd_0001,
+        service_id: PortSpace::Tcp.service_id(7174),
+        local_ca_guid: 1,
+        local_q_key: 0,
+        local_qpn: 0x11,
+        responder_resources: 16,
+        local_eecn: 0,
+        initiator_depth: 16,
+        remote_eecn: 0,
+        remote_cm_response_timeout: 20,
+        transport: ServiceType::Rc,
+        end_to_end_flow_control: false,
+        starting_psn: 0x1234,
+        local_cm_response_timeout: 20,
+        retry_count: 7,
+        partition_key: 0xffff,
+        path_mtu: 3,
+        rdc_exists: false,
+        rnr_retry_count: 7,
+        max_cm_retries: 15,
+        srq: false,
+        extended_transport_type: 0,
+        primary_path: Path {
+            local_gid: Ipv4Address::new(10, 0, 0, 1).to_ipv6_mapped(),
+            remote_gid: Ipv4Address::new(10, 0, 0, 2).to_ipv6_mapped(),
+            packet_rate: 7,
+            flow_label: 0xfffff,
+            ..Path::default()
+        },
+        alternate_path: Path::default(),
+        sap_supported: false,
+        private_data: header
+            .private_data::<{ req::PRIVATE_DATA_LEN }>(b"hi")
+            .unwrap(),
+    });
+    let repr = cm::frame_repr(None, network, 9);
+    let mut buf = vec![0; repr.frame_len()];
+    let cm = cm::Repr {
+        transaction_id: 0x42,
+        message,
+    };
+    repr.emit_with(&mut buf, |mad| cm.emit(mad)).unwrap();
+    buf
+}
+
+#[test]
+fn a_cm_mad_is_shown_field_by_field_instead_of_as_data() {
+    for network in networks() {
+        let bytes = cm_req_frame(network);
+        let frame = Frame::parse_network_layer(&bytes, network_ethertype(&network)).unwrap();
+        let description = Description::new(&frame);
+        let fields = description.fields();
+        let mad = frame.layout.payload.start;
+        let data = mad + 24;
+        assert!(fields.iter().all(|f| f.key() != "data.len"));
+        assert_eq!(
+            find(&fields, "infiniband.mad.attributeid").bytes,
+            mad + 16..mad + 18
+        );
+        let qpn = find(&fields, "infiniband.cm.req.localqpn");
+        assert_eq!(
+            (qpn.bytes.clone(), qpn.value),
+            (data + 32..data + 35, Value::Uint(0x11, Base::Hex(6)))
+        );
+        let rate = find(&fields, "infiniband.cm.req.prim_pktrate");
+        assert_eq!(
+            (rate.bytes.clone(), rate.to_string()),
+            (data + 88..data + 92, "7 (40 Gb/s)".into())
+        );
+        assert_eq!(
+            find(&fields, "infiniband.cm.req.prim_flowlabel").value,
+            Value::Uint(0xfffff, Base::Hex(5))
+        );
+        let service = find(&fields, "infiniband.cm.req.serviceid");
+        assert_eq!(
+            service.to_string(),
+            "0x0000000001061c06 (RDMA CM, TCP port 7174)"
+        );
+        assert_eq!(
+            find(&fields, "infiniband.cm.req.serviceid.dport").value,
+            Value::Uint(7174, Base::Dec)
+        );
+        assert_eq!(
+            find(&fields, "infiniband.cm.req.ip_cm.sport").value,
+            Value::Uint(40000, Base::Dec)
+        );
+        assert_eq!(
+            find(&fields, "infiniband.cm.req.ip_cm.dip4").value,
+            Value::Ipv4(Ipv4Address::new(10, 0, 0, 2))
+        );
+        // tshark's choice: the path's GIDs as IPv4 addresses in an IPv4 frame only.
+        let v4 = matches!(network, NetworkRepr::Ipv4 { .. });
+        let gid = fields
+            .iter()
+            .find(|f| f.key().starts_with("infiniband.cm.req.prim_localgid"))
+            .unwrap();
+        assert_eq!(gid.key().ends_with("_ipv4"), v4);
+        let summary = description.summary().to_string();
+        assert!(
+            summary.contains("CM REQ comm=0xabcd0001 service=0x1061c06 (TCP port 7174) QPN=0x000011 PSN=4660 from 10.0.0.1:40000 to 10.0.0.2"),
+            "{summary}"
+        );
+    }
+}
+
+fn network_ethertype(network: &NetworkRepr) -> u16 {
+    match network {
+        NetworkRepr::Ipv4 { .. } => 0x0800,
+        NetworkRepr::Ipv6 { .. } => 0x86dd,
+        NetworkRepr::Grh { .. } => 0x8915,
     }
 }

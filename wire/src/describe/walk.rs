@@ -14,8 +14,8 @@ use crate::{EthernetAddress, Ipv4Address, Ipv6Address, Layer};
 use super::Visit;
 
 pub(super) struct Walker<'f, 'a> {
-    frame: &'f Frame<'a>,
-    bytes: &'a [u8],
+    pub(super) frame: &'f Frame<'a>,
+    pub(super) bytes: &'a [u8],
     icrc: Check,
     essential_only: bool,
 }
@@ -79,11 +79,15 @@ impl<'f, 'a> Walker<'f, 'a> {
                 self.extension(each, header, range.start)?;
             }
         }
-        self.payload(each)?;
+        let mad = self.mad_at();
+        if let Some(at) = mad {
+            self.mad(each, at)?;
+        }
+        self.payload(each, mad.is_some())?;
         self.trailer(each)
     }
 
-    fn table<V: Visit<'a>>(
+    pub(super) fn table<V: Visit<'a>>(
         &self,
         each: &mut V,
         layer: Layer,
@@ -138,7 +142,7 @@ impl<'f, 'a> Walker<'f, 'a> {
     /// The field a table row describes, for a header starting at `base`; `None` if the frame
     /// does not hold its bytes (which a parsed frame always does).
     #[inline(always)]
-    fn read(&self, layer: Layer, base: usize, spec: &'static Spec) -> Option<Field<'a>> {
+    pub(super) fn read(&self, layer: Layer, base: usize, spec: &'static Spec) -> Option<Field<'a>> {
         let bytes = base + spec.at..base + spec.at + spec.len;
         let raw = self.bytes.get(bytes.clone())?;
         // Big-endian numbers of the sizes headers use; addresses and byte strings are not read
@@ -190,12 +194,13 @@ impl<'f, 'a> Walker<'f, 'a> {
     }
 
     /// Payload, pad and ICRC. tshark's `data.len` counts payload and pad together, and is
-    /// there only when there is at least one byte of either.
-    fn payload<V: Visit<'a>>(&self, each: &mut V) -> Result<(), V::Error> {
+    /// there only when there is at least one byte of either and the payload is not a MAD
+    /// (whose fields are then shown instead).
+    fn payload<V: Visit<'a>>(&self, each: &mut V, mad: bool) -> Result<(), V::Error> {
         let layout = &self.frame.layout;
         let count = |range: &Range<usize>| Value::Uint(range.len() as u64, Base::Dec);
         let data = layout.payload.start..layout.pad.end;
-        if !data.is_empty() {
+        if !data.is_empty() && !mad {
             let len = count(&data);
             self.give(
                 each,
@@ -271,6 +276,36 @@ impl<'f, 'a> Walker<'f, 'a> {
     }
 }
 
+/// The static rate a path's 6-bit code stands for (IBTA table 205 and its later additions;
+/// Linux's `enum ib_rate`).
+fn rate(code: u8) -> &'static str {
+    match code {
+        0 => "port current",
+        2 => "2.5 Gb/s",
+        3 => "10 Gb/s",
+        4 => "30 Gb/s",
+        5 => "5 Gb/s",
+        6 => "20 Gb/s",
+        7 => "40 Gb/s",
+        8 => "60 Gb/s",
+        9 => "80 Gb/s",
+        10 => "120 Gb/s",
+        11 => "14 Gb/s",
+        12 => "56 Gb/s",
+        13 => "112 Gb/s",
+        14 => "168 Gb/s",
+        15 => "25 Gb/s",
+        16 => "100 Gb/s",
+        17 => "200 Gb/s",
+        18 => "300 Gb/s",
+        19 => "28 Gb/s",
+        20 => "50 Gb/s",
+        21 => "400 Gb/s",
+        22 => "600 Gb/s",
+        _ => "reserved",
+    }
+}
+
 /// The first `N` bytes of `raw` (which the tables make exactly `N` long).
 fn array<const N: usize>(raw: &[u8]) -> [u8; N] {
     let mut out = [0; N];
@@ -321,5 +356,43 @@ pub(super) fn words(meaning: Meaning, n: u64) -> Words {
         }),
         Meaning::UdpChecksum => Words::Text(if n == 0 { "none" } else { "not checked" }),
         Meaning::Icrc(check) => Words::Icrc(check),
+        Meaning::MgmtClass => Words::Text(crate::mad::Class(byte).name()),
+        Meaning::MadMethod => Words::Text(crate::mad::Method(byte).name()),
+        Meaning::CmAttribute => Words::Text(crate::cm::AttributeId(n as u16).meaning()),
+        Meaning::ServiceId => Words::Service(n),
+        Meaning::PortSpaceLow => Words::Text(match byte {
+            0x06 => "TCP",
+            0x11 => "UDP",
+            0x3f => "IB",
+            _ => "unknown",
+        }),
+        // 4.096 µs × 2^n, for the 5-bit codes (31 is about 2.5 hours).
+        Meaning::Timeout => Words::Timeout(crate::cm::timeout(byte)),
+        Meaning::ServiceType => Words::Text(crate::cm::ServiceType::from_bits(byte).name()),
+        Meaning::Mtu => Words::Text(match n {
+            1 => "256 bytes",
+            2 => "512 bytes",
+            3 => "1024 bytes",
+            4 => "2048 bytes",
+            5 => "4096 bytes",
+            _ => "reserved",
+        }),
+        Meaning::RnrRetry if n == 7 => Words::Text("retry for ever"),
+        Meaning::RnrRetry => Words::None,
+        Meaning::Rate => Words::Text(rate(byte)),
+        Meaning::MraMessage => {
+            Words::Text(["REQ", "REP", "LAP", "reserved"][usize::from(byte & 3)])
+        }
+        Meaning::RejMessage => {
+            Words::Text(["REQ", "REP", "other", "reserved"][usize::from(byte & 3)])
+        }
+        Meaning::RejReason => Words::Text(crate::cm::rej::Reason(n as u16).name()),
+        Meaning::Failover => Words::Text(match n {
+            0 => "accepted",
+            1 => "rejected",
+            2 => "not supported",
+            _ => "reserved",
+        }),
+        Meaning::SidrStatus => Words::Text(crate::cm::sidr_rep::Status(byte).name()),
     }
 }

@@ -224,7 +224,7 @@ impl Act<'_, '_> {
     /// Ends the run: the sampler stops, and what crossed the wire goes into the record.
     fn finish(mut self) -> Record {
         if let Some(sampler) = self.sampler.take() {
-            self.record.samples = sampler.finish();
+            self.record.samples = sampler.finish().pop().unwrap_or_default();
         }
         self.record.frames = self.rig.wire.frames();
         self.record.frame_count = self.rig.wire.count();

@@ -105,7 +105,7 @@ impl Act<'_, '_> {
         ));
         self.cpu_before = Some(cpu);
         self.memory_before = self.window.read(&self.rig.target.region)?;
-        self.sampler = Some(Sampler::start(self.rig.target.whom, SAMPLING));
+        self.sampler = Some(Sampler::start(&[self.rig.target.whom], SAMPLING));
         Ok(())
     }
 
