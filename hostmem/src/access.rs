@@ -3,11 +3,15 @@
 use std::fmt;
 use std::ops::BitOr;
 
+use serde::{Deserialize, Serialize};
+
 /// A set of access rights. The bit values are those of `enum ibv_access_flags`, so a set can
 /// cross a process boundary as a plain integer and mean the same on both sides.
 ///
 /// Reading local memory needs no right: every registration grants it, as in verbs.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+/// Serialised as its bits; unknown bits are refused on the way in, as by [`Access::from_bits`].
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(into = "u32", try_from = "u32")]
 pub struct Access(u32);
 
 impl Access {
@@ -60,6 +64,25 @@ impl Access {
         self.0 == 0
     }
 }
+
+impl From<Access> for u32 {
+    fn from(access: Access) -> u32 {
+        access.bits()
+    }
+}
+
+impl TryFrom<u32> for Access {
+    type Error = UnknownAccess;
+
+    fn try_from(bits: u32) -> Result<Access, UnknownAccess> {
+        Access::from_bits(bits).ok_or(UnknownAccess(bits))
+    }
+}
+
+/// Access bits this emulator does not know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("access flags {0:#x} are not valid")]
+pub struct UnknownAccess(pub u32);
 
 impl BitOr for Access {
     type Output = Access;

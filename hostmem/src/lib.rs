@@ -20,7 +20,7 @@ mod region;
 mod shm;
 mod size;
 
-pub use access::Access;
+pub use access::{Access, UnknownAccess};
 pub use dma::{AtomicPlace, Place};
 pub use error::{AccessError, MrError, RegionError, SizeError};
 pub use mr::{MrKeys, MrTable, VaBase};

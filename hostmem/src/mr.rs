@@ -4,11 +4,13 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use serde::{Deserialize, Serialize};
+
 use crate::pd::PdTable;
 use crate::{Access, AccessError, AtomicPlace, MrError, PdId, Place, Region};
 
 /// Where the registered range starts in the address space the remote peer uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub enum VaBase {
     /// The VA is the offset into the region, so distinct registrations of one region never
     /// share addresses.
@@ -21,7 +23,7 @@ pub enum VaBase {
 }
 
 /// What a registration hands back: the keys to name it by and its range in VA space.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MrKeys {
     /// Key for local scatter/gather entries.
     pub lkey: u32,

@@ -9,9 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use roce_hostmem::{Access, MrKeys, Region, VaBase};
+use serde::{Deserialize, Serialize};
 
 use crate::counters::Snapshot;
 use crate::cq::EventLine;
+use crate::host::codec::fields;
 use crate::ring::Geometry;
 use crate::verbs::types::{AddressVector, Gid, Mtu, QpAttr, QpCap, QpType};
 use crate::verbs::VerbsError;
@@ -19,8 +21,9 @@ use crate::verbs::VerbsError;
 /// Identifies one host program (one opened context) to the engine.
 pub type ClientId = u64;
 
-/// A request to the engine.
-#[derive(Debug, Clone)]
+/// A request to the engine. It crosses the NIC's socket as it is declared here (see
+/// [`crate::host`]): a new request is a new variant at the end.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Request {
     QueryDevice,
     AllocPd,
@@ -31,6 +34,7 @@ pub enum Request {
         pd: u32,
         /// The memory, mapped in the engine's process: shared with an in-process host, or
         /// mapped from the descriptor a host in another process passed.
+        #[serde(with = "fields::region")]
         region: Arc<Region>,
         offset: usize,
         len: usize,
@@ -87,6 +91,7 @@ pub enum Request {
     /// [`Response::TcpStream`] once connected (for out-of-band exchanges such as the QP numbers
     /// of ibv_rc_pingpong and perftest).
     TcpConnect {
+        #[serde(with = "fields::socket_addr")]
         addr: SocketAddr,
     },
     /// Listens on TCP `port` of every address of the port, with a small backlog.
@@ -113,10 +118,12 @@ pub enum Request {
 }
 
 /// What the device tells a host that opens it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeviceInfo {
     pub name: String,
+    #[serde(with = "fields::mac")]
     pub mac: roce_wire::EthernetAddress,
+    #[serde(deserialize_with = "fields::at_most::<_, _, MAX_GIDS>")]
     pub gids: Vec<Gid>,
     /// The largest path MTU the port carries.
     pub max_mtu: Mtu,
@@ -129,15 +136,19 @@ pub struct DeviceInfo {
     pub limits: crate::limits::Limits,
 }
 
+/// Most GIDs a device description may list.
+pub const MAX_GIDS: usize = 64;
+
 /// A ring the host maps: its memory and where in it the ring lies.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RingMap {
+    #[serde(with = "fields::region")]
     pub region: Arc<Region>,
     pub geometry: Geometry,
 }
 
 /// What a QP holds in flight, as the engine sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct QpStatus {
     /// Send requests fetched from the ring and not yet completed.
     pub sends_outstanding: u32,
@@ -151,8 +162,9 @@ pub struct QpStatus {
     pub rnr_waiting: bool,
 }
 
-/// The engine's answer. Not `Clone`: a TCP stream has one owner.
-#[derive(Debug)]
+/// The engine's answer. Not `Clone`: a TCP stream has one owner. It crosses the NIC's socket
+/// as it is declared here: a new answer is a new variant at the end.
+#[derive(Debug, Serialize, Deserialize)]
 pub enum Response {
     Device(DeviceInfo),
     Pd(u32),
@@ -160,6 +172,7 @@ pub enum Response {
     Cq {
         cq: u32,
         ring: RingMap,
+        #[serde(with = "fields::event_line")]
         event: Arc<EventLine>,
     },
     Qp {
@@ -175,7 +188,9 @@ pub enum Response {
     /// A TCP connection of the port, as the host's end of a Unix stream pair: the engine moves
     /// the bytes between the other end and the TCP socket, and passes on half-closes.
     TcpStream {
+        #[serde(with = "fields::stream")]
         stream: UnixStream,
+        #[serde(with = "fields::socket_addr")]
         peer: SocketAddr,
     },
     Listening {

@@ -12,7 +12,7 @@ macro_rules! counters {
         }
 
         /// A copy of the counters at one moment.
-        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
         pub struct Snapshot {
             $(#[doc = $doc] pub $field: u64,)*
         }
@@ -32,17 +32,6 @@ macro_rules! counters {
             /// The difference `self - earlier`, counter by counter.
             pub fn since(&self, earlier: &Snapshot) -> Snapshot {
                 Snapshot { $($field: self.$field.wrapping_sub(earlier.$field),)* }
-            }
-
-            /// Serialises for the control socket: the values in declaration order.
-            pub fn to_vec(&self) -> Vec<u64> {
-                vec![$(self.$field,)*]
-            }
-
-            /// The inverse of [`Snapshot::to_vec`]; missing values read as zero.
-            pub fn from_slice(values: &[u64]) -> Snapshot {
-                let mut it = values.iter().copied();
-                Snapshot { $($field: it.next().unwrap_or(0),)* }
             }
         }
     };

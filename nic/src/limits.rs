@@ -13,7 +13,7 @@ use crate::engine::objects::{MAX_CQE, MAX_QP_WR};
 use crate::wqe::{MAX_INLINE, MAX_SGE};
 
 /// The limits of one NIC. Every field can be set with `roce nic --limit NAME=VALUE`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Limits {
     pub max_qp: u64,
     pub max_cq: u64,
@@ -135,24 +135,6 @@ impl Limits {
         self.iter().map(|(name, _)| name).collect()
     }
 
-    /// The limits in the order of [`Limits::iter`], as they cross the control socket.
-    pub fn to_vec(&self) -> Vec<u64> {
-        self.iter().map(|(_, v)| v).collect()
-    }
-
-    /// Limits from the values of [`Limits::to_vec`]; `None` if the count is wrong.
-    pub fn from_slice(values: &[u64]) -> Option<Limits> {
-        let mut limits = Limits::default();
-        let places = fields!(limits, place);
-        if places.len() != values.len() {
-            return None;
-        }
-        for ((_, place), value) in places.into_iter().zip(values) {
-            *place = *value;
-        }
-        Some(limits)
-    }
-
     /// Sets one limit from `NAME=VALUE`. Sizes per object cannot go above what the rings'
     /// layout allows.
     pub fn set(&mut self, assignment: &str) -> Result<(), LimitError> {
@@ -223,8 +205,6 @@ mod tests {
             limits.set("max_cqe=1000000"),
             Err(LimitError::TooHigh { .. })
         ));
-        assert_eq!(Limits::from_slice(&limits.to_vec()), Some(limits));
-        assert_eq!(Limits::from_slice(&[1, 2]), None);
         assert!(limits.to_string().contains("max_qp: 8\n"));
     }
 }

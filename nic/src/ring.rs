@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use roce_hostmem::Region;
+use serde::{Deserialize, Serialize};
 
 const PRODUCER: usize = 0;
 const CONSUMER: usize = 64;
@@ -27,7 +28,7 @@ const OVERRUN: usize = 100;
 const HEADER: usize = 128;
 
 /// The geometry of a ring: where it lies in its region and how its slots are sized.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Geometry {
     pub offset: usize,
     pub capacity: u32,
@@ -79,6 +80,9 @@ pub enum RingError {
     },
     #[error("the ring offset {0} is not aligned to a cache line")]
     Misaligned(usize),
+    /// Not a layout [`Geometry::new`] makes (the geometry came from another process).
+    #[error("a ring of {capacity} slots of {slot_size} bytes is not a valid layout")]
+    Layout { capacity: u32, slot_size: usize },
 }
 
 impl Ring {
@@ -97,7 +101,22 @@ impl Ring {
         if geometry.offset % 64 != 0 {
             return Err(RingError::Misaligned(geometry.offset));
         }
-        let needed = geometry.bytes();
+        let Geometry {
+            capacity,
+            slot_size,
+            ..
+        } = geometry;
+        let needed = (capacity as usize)
+            .checked_mul(slot_size)
+            .and_then(|slots| slots.checked_add(HEADER));
+        let Some(needed) =
+            needed.filter(|_| capacity.is_power_of_two() && slot_size > 0 && slot_size % 64 == 0)
+        else {
+            return Err(RingError::Layout {
+                capacity,
+                slot_size,
+            });
+        };
         if geometry
             .offset
             .checked_add(needed)
@@ -326,8 +345,24 @@ mod tests {
         let g = Geometry::new(0, 1024, 64);
         let region = Arc::new(Region::anonymous(4096).unwrap());
         assert!(matches!(
-            Ring::attach(region, g),
+            Ring::attach(Arc::clone(&region), g),
             Err(RingError::TooSmall { .. })
         ));
+        // Layouts no NIC makes, as a broken or hostile one could pass them: refused, never an
+        // overflow.
+        for (capacity, slot_size) in [(3, 64), (0, 64), (4, 0), (4, 100), (1 << 31, 1 << 60)] {
+            let g = Geometry {
+                offset: 0,
+                capacity,
+                slot_size,
+            };
+            assert_eq!(
+                Ring::attach(Arc::clone(&region), g).err(),
+                Some(RingError::Layout {
+                    capacity,
+                    slot_size
+                })
+            );
+        }
     }
 }

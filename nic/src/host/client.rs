@@ -24,7 +24,9 @@ use roce_hostmem::Region;
 use rustix::event::PollFlags;
 use tracing::info;
 
-use super::messages::{recv_from_nic, send_to_nic, FromNic, ToNic, Welcome, PROTOCOL_VERSION};
+use super::codec;
+use super::fdpass::{self, Limit};
+use super::messages::{greeting_version, send, FromNic, ToNic, Welcome, PROTOCOL_VERSION};
 use super::socket_path::{check_dir, socket_dir, socket_path};
 use super::stop_line::StopLine;
 use crate::control::{ClientId, Request, Response};
@@ -98,26 +100,27 @@ impl SocketBackend {
                 path.display()
             )));
         }
-        send_to_nic(
-            &stream,
-            &ToNic::Hello {
-                version: PROTOCOL_VERSION,
-            },
-        )
-        .map_err(|_| gone_early())?;
-        let welcome = match recv_from_nic(&stream, &mut refuse_regions)? {
-            Some(FromNic::Welcome(w)) => w,
-            // Refused: over a limit of connections, say.
-            Some(FromNic::Answer(Err(e))) => return Err(e),
-            Some(_) => return Err(VerbsError::Invalid(format!("the NIC {nic} did not greet"))),
-            None => return Err(gone_early()),
+        let hello = ToNic::Hello {
+            version: PROTOCOL_VERSION,
         };
-        if welcome.version != PROTOCOL_VERSION {
-            return Err(VerbsError::Invalid(format!(
-                "the NIC {nic} speaks control protocol version {}, this library version {}",
-                welcome.version, PROTOCOL_VERSION
-            )));
+        send(&stream, &hello, Limit::default()).map_err(|_| gone_early())?;
+        let greeting = fdpass::recv(&stream, Limit::default())?.ok_or_else(gone_early)?;
+        // Checked before the rest is read: a NIC of another version may say the rest otherwise.
+        match greeting_version(&greeting.bytes) {
+            Some(version) if version != PROTOCOL_VERSION => {
+                return Err(VerbsError::Invalid(format!(
+                    "the NIC {nic} speaks control protocol version {version}, this library \
+                     version {PROTOCOL_VERSION}"
+                )))
+            }
+            _ => {}
         }
+        let welcome = match codec::decode::<FromNic>(greeting, refuse_regions)? {
+            FromNic::Welcome(w) => w,
+            // Refused: over a limit of connections, say.
+            FromNic::Answer(Err(e)) => return Err(e.into()),
+            _ => return Err(VerbsError::Invalid(format!("the NIC {nic} did not greet"))),
+        };
         let nic = welcome.nic.clone();
         let doorbell = doorbell(welcome, nic_uid)?;
         let liveness = Arc::new(stream.try_clone()?);
@@ -167,17 +170,17 @@ impl SocketBackend {
             return Err(self.gone());
         }
         let stream = self.stream.lock().unwrap_or_else(|e| e.into_inner());
-        match send_to_nic(&stream, message) {
+        match send(&stream, message, Limit::default()) {
             Ok(()) => {}
             Err(VerbsError::Io(_)) => return Err(self.gone()),
             Err(e) => return Err(e),
         }
-        let mut attach = |fd: OwnedFd| Ok(Arc::new(Region::from_fd(fd, self.nic_uid)?));
-        match recv_from_nic(&stream, &mut attach) {
-            Ok(Some(answer)) => Ok(answer),
-            Ok(None) | Err(VerbsError::Io(_)) => Err(self.gone()),
-            Err(e) => Err(e),
-        }
+        let Ok(Some(answer)) = fdpass::recv(&stream, Limit::default()) else {
+            return Err(self.gone());
+        };
+        let nic_uid = self.nic_uid;
+        let attach = move |fd: OwnedFd| Ok(Arc::new(Region::from_fd(fd, nic_uid)?));
+        Ok(codec::decode(answer, attach)?)
     }
 }
 
@@ -207,7 +210,7 @@ impl Backend for SocketBackend {
     fn connect(&self) -> Result<ClientId, VerbsError> {
         match self.exchange(&ToNic::Open)? {
             FromNic::Opened(client) => Ok(client),
-            FromNic::Answer(Err(e)) => Err(e),
+            FromNic::Answer(Err(e)) => Err(e.into()),
             _ => Err(VerbsError::Invalid(format!(
                 "the NIC {} answered an open with something else",
                 self.nic
@@ -217,7 +220,7 @@ impl Backend for SocketBackend {
 
     fn call(&self, client: ClientId, request: Request) -> Result<Response, VerbsError> {
         match self.exchange(&ToNic::Call { client, request })? {
-            FromNic::Answer(answer) => answer,
+            FromNic::Answer(answer) => answer.map_err(VerbsError::from),
             _ => Err(VerbsError::Invalid(format!(
                 "the NIC {} answered a request with something else",
                 self.nic

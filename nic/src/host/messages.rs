@@ -6,188 +6,109 @@
 //!                                 ◀─     Welcome { version, nic } + this host's doorbell:
 //!                                        its "sleeping" word (a sealed memfd) and eventfd
 //! Open                            ─▶                          (one per verbs context)
-//!                                 ◀─     Opened { client }
+//!                                 ◀─     Opened(client)
 //! Call { client, request }        ─▶
 //!                                 ◀─     Answer(Ok(response) + descriptors | Err(error))
 //! ```
-//! Every message is framed by [`super::fdpass`]: a u32 length, then a one-byte tag and the
-//! fields of [`super::codec`]. The host asks, the NIC answers, one at a time per connection;
-//! the NIC gives a host a few seconds to finish a message it started and to take an answer.
-//! Closing the connection ends every context opened on it: the NIC destroys their objects.
+//! Every message is framed by [`super::fdpass`] (a u32 length, then the bytes, descriptors
+//! beside them) and is one [`ToNic`] or [`FromNic`] in [`super::codec`]'s format: the types
+//! below and the [`Request`] and [`Response`] they carry are the whole protocol. The host asks,
+//! the NIC answers, one at a time per connection; the NIC gives a host a few seconds to finish
+//! a message it started and to take an answer. Closing the connection ends every context opened
+//! on it: the NIC destroys their objects.
+//!
+//! Changing the protocol: a new request or answer is a new variant at the end of [`Request`] or
+//! [`Response`] (postcard names a variant by its index), declared once with its fields; a field
+//! of a type serde cannot derive (a descriptor, a type of another crate, a list that needs a
+//! cap) takes a `#[serde(with = ...)]` from [`super::codec::fields`]. The codec's tests then ask
+//! for a sample of the new variant, and, since what goes on the wire changed, for a new
+//! [`PROTOCOL_VERSION`] pinned with the new encoding.
 
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 
-use super::codec::{self, Map};
+use serde::{Deserialize, Serialize};
+
+use super::codec::{self, fields};
 use super::fdpass::{self, Limit};
-use super::wire_format::{DecodeError, Reader, Writer};
+use super::wire_error::WireError;
 use crate::control::{ClientId, Request, Response};
 use crate::verbs::VerbsError;
 
 /// The version of this conversation; a NIC and a host library must agree on it.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// What a host says to the NIC.
-#[derive(Debug)]
+#[derive(Debug, Serialize, Deserialize)]
 pub enum ToNic {
-    Hello { version: u32 },
+    /// The greeting, alike in every version: tag 0, then the version in 4 little-endian bytes.
+    Hello {
+        #[serde(with = "postcard::fixint::le")]
+        version: u32,
+    },
     Open,
-    Call { client: ClientId, request: Request },
+    Call {
+        client: ClientId,
+        request: Request,
+    },
 }
 
-/// The NIC's greeting: who it is and how to ring this host's doorbell.
-#[derive(Debug)]
+/// What the NIC says to a host. `R` is the answer as sent (the NIC answers with a reference).
+#[derive(Debug, Serialize, Deserialize)]
+pub enum FromNic<R = Response> {
+    Welcome(Welcome),
+    Opened(ClientId),
+    Answer(Result<R, WireError>),
+}
+
+/// The NIC's greeting: who it is and how to ring this host's doorbell. It starts as every
+/// version's does (see [`greeting_version`]).
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Welcome {
+    #[serde(with = "postcard::fixint::le")]
     pub version: u32,
     pub nic: String,
     /// A sealed memfd whose first word says whether the engine sleeps.
+    #[serde(with = "fields::fd")]
     pub doorbell_word: OwnedFd,
     /// The eventfd that wakes the NIC's engine, this host's own.
+    #[serde(with = "fields::fd")]
     pub doorbell: OwnedFd,
 }
 
-pub fn send_to_nic(socket: &UnixStream, message: &ToNic) -> Result<(), VerbsError> {
-    let mut w = Writer::new();
-    match message {
-        ToNic::Hello { version } => {
-            w.u8(0);
-            w.u32(*version);
-        }
-        ToNic::Open => w.u8(1),
-        ToNic::Call { client, request } => {
-            w.u8(2);
-            w.u64(*client);
-            codec::put_request(&mut w, request)?;
-        }
-    }
-    let (bytes, fds) = w.finish();
-    fdpass::send(socket, &bytes, &fds, Limit::default())?;
+/// The version a greeting (a Hello or a Welcome) names, read from the start that every version
+/// of the protocol keeps, so that a peer of another version is told so, whatever follows.
+pub fn greeting_version(bytes: &[u8]) -> Option<u32> {
+    let [0, a, b, c, d, ..] = *bytes else {
+        return None;
+    };
+    Some(u32::from_le_bytes([a, b, c, d]))
+}
+
+/// Sends one message with the descriptors it names.
+pub fn send(
+    socket: &UnixStream,
+    message: &impl Serialize,
+    limit: Limit<'_>,
+) -> Result<(), VerbsError> {
+    let encoded = codec::encode(message)?;
+    fdpass::send(socket, &encoded.bytes, &encoded.fds(), limit)?;
     Ok(())
 }
 
-/// Reads what a host sent, mapping a region it passed with `map`. Descriptors a message does
-/// not name are closed unread.
-pub fn decode_to_nic(received: fdpass::Received, map: &mut Map<'_>) -> Result<ToNic, VerbsError> {
-    let mut r = Reader::new(&received.bytes, received.fds);
-    let message = match r.u8()? {
-        0 => ToNic::Hello { version: r.u32()? },
-        1 => ToNic::Open,
-        2 => ToNic::Call {
-            client: r.u64()?,
-            request: codec::get_request(&mut r, map)?,
-        },
-        tag => {
-            return Err(DecodeError::Invalid {
-                what: "message",
-                value: tag.into(),
-            }
-            .into())
-        }
-    };
-    r.finish()?;
-    Ok(message)
-}
-
-/// The NIC's answers, sent on its side of the socket.
-pub mod nic_side {
-    use std::os::fd::BorrowedFd;
-
-    use super::*;
-
-    pub fn welcome(
-        socket: &UnixStream,
-        nic: &str,
-        doorbell_word: BorrowedFd<'_>,
-        doorbell: BorrowedFd<'_>,
-        limit: Limit<'_>,
-    ) -> std::io::Result<()> {
-        let mut w = Writer::new();
-        w.u8(0);
-        w.u32(PROTOCOL_VERSION);
-        w.str(nic);
-        w.fd(doorbell_word);
-        w.fd(doorbell);
-        let (bytes, fds) = w.finish();
-        fdpass::send(socket, &bytes, &fds, limit)
-    }
-
-    pub fn opened(socket: &UnixStream, client: ClientId, limit: Limit<'_>) -> std::io::Result<()> {
-        let mut w = Writer::new();
-        w.u8(1);
-        w.u64(client);
-        fdpass::send(socket, &w.finish().0, &[], limit)
-    }
-
-    /// Sends an answer; one that cannot be encoded is sent as the error saying why.
-    pub fn answer(
-        socket: &UnixStream,
-        answer: &Result<Response, VerbsError>,
-        limit: Limit<'_>,
-    ) -> std::io::Result<()> {
-        let mut w = Writer::new();
-        w.u8(2);
-        let failed = match answer {
-            Ok(response) => {
-                w.u8(0);
-                codec::put_response(&mut w, response).err()
-            }
-            Err(error) => {
-                w.u8(1);
-                codec::put_error(&mut w, error);
-                None
-            }
-        };
-        if let Some(error) = failed {
-            return self::answer(socket, &Err(error), limit);
-        }
-        let (bytes, fds) = w.finish();
-        fdpass::send(socket, &bytes, &fds, limit)
-    }
-}
-
-/// One message from the NIC, as the host reads it.
-pub enum FromNic {
-    Welcome(Welcome),
-    Opened(ClientId),
-    Answer(Result<Response, VerbsError>),
-}
-
-/// Receives the NIC's next message; `Ok(None)` when the NIC closed the connection.
-pub fn recv_from_nic(
+/// Sends an answer; one that cannot be encoded is sent as the error saying why.
+pub fn answer(
     socket: &UnixStream,
-    attach: &mut Map<'_>,
-) -> Result<Option<FromNic>, VerbsError> {
-    let Some(received) = fdpass::recv(socket, Limit::default())? else {
-        return Ok(None);
-    };
-    let mut r = Reader::new(&received.bytes, received.fds);
-    let message = match r.u8()? {
-        0 => FromNic::Welcome(Welcome {
-            version: r.u32()?,
-            nic: r.str()?,
-            doorbell_word: r.fd()?,
-            doorbell: r.fd()?,
-        }),
-        1 => FromNic::Opened(r.u64()?),
-        2 => FromNic::Answer(match r.u8()? {
-            0 => Ok(codec::get_response(&mut r, attach)?),
-            1 => Err(codec::get_error(&mut r)?),
-            v => {
-                return Err(DecodeError::Invalid {
-                    what: "answer kind",
-                    value: v.into(),
-                }
-                .into())
-            }
-        }),
-        tag => {
-            return Err(DecodeError::Invalid {
-                what: "message",
-                value: tag.into(),
-            }
-            .into())
-        }
-    };
-    r.finish()?;
-    Ok(Some(message))
+    answer: &Result<Response, VerbsError>,
+    limit: Limit<'_>,
+) -> Result<(), VerbsError> {
+    let message = FromNic::Answer(answer.as_ref().map_err(WireError::from));
+    match codec::encode(&message) {
+        Ok(encoded) => Ok(fdpass::send(socket, &encoded.bytes, &encoded.fds(), limit)?),
+        Err(error) => send(
+            socket,
+            &FromNic::<Response>::Answer(Err(WireError::from(&error))),
+            limit,
+        ),
+    }
 }

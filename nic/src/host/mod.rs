@@ -13,13 +13,13 @@
 //! [`crate::verbs::Context`].
 
 mod client;
-mod codec;
+pub(crate) mod codec;
 mod fdpass;
 mod messages;
 mod server;
 mod socket_path;
 mod stop_line;
-mod wire_format;
+mod wire_error;
 
 pub use client::{connect, SocketBackend};
 pub use messages::PROTOCOL_VERSION;

@@ -7,7 +7,9 @@
 //! A host is not trusted: each gets a doorbell of its own; memory it passes is mapped only if
 //! it is sealed shared memory, or a file of the host's own user that nobody else may write
 //! (mapped guarded), and never the NIC's own rings; a message it starts must be finished, and
-//! an answer taken, within [`MESSAGE_DEADLINE`]; and the NIC's shutdown never waits for a host.
+//! an answer taken, within [`MESSAGE_DEADLINE`]; one that is not a message of the protocol gets
+//! the error saying why, and the host is hung up on; and the NIC's shutdown never waits for a
+//! host.
 
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -23,11 +25,12 @@ use roce_hostmem::{is_device_memory, Region, RegionError};
 use rustix::event::PollFlags;
 use tracing::{debug, info, warn};
 
+use super::codec::{self, DecodeError};
 use super::fdpass::{self, Limit};
-use super::messages::{decode_to_nic, nic_side, ToNic, PROTOCOL_VERSION};
+use super::messages::{answer, send, FromNic, ToNic, Welcome, PROTOCOL_VERSION};
 use super::socket_path::prepare_dir;
 use super::stop_line::StopLine;
-use crate::control::{ClientId, Request};
+use crate::control::{ClientId, Request, Response};
 use crate::device::Device;
 use crate::engine::RingMemory;
 use crate::limits::Limits;
@@ -377,6 +380,30 @@ impl Doorbell {
             engine: Arc::clone(engine),
         })
     }
+
+    /// The greeting that hands this doorbell to its host.
+    fn welcome(&self, nic: &str) -> Result<Welcome, VerbsError> {
+        let word = self.word.fd().ok_or(RegionError::NoDescriptor)?;
+        Ok(Welcome {
+            version: PROTOCOL_VERSION,
+            nic: nic.to_owned(),
+            doorbell_word: word.try_clone_to_owned()?,
+            doorbell: self.waker.as_fd().try_clone_to_owned()?,
+        })
+    }
+}
+
+/// Ends the connection of a host that sent what is not a message, after the error: the NIC
+/// answers nothing more (its end is shut for writing, so the host reads the end after the
+/// error), and reads and drops what the host still sends until it closes, for at most
+/// [`MESSAGE_DEADLINE`], so that the host's next write does not fail before it read why.
+fn hang_up(stream: &UnixStream, stop: &StopLine) {
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    let limit = Limit {
+        stop: Some(stop),
+        deadline: Some(Instant::now() + MESSAGE_DEADLINE),
+    };
+    while let Ok(Some(_)) = fdpass::recv(stream, limit) {}
 }
 
 impl Drop for Doorbell {
@@ -431,7 +458,7 @@ fn serve(stream: UnixStream, shared: &Shared) {
             info!(error = %e, "host refused");
             // The host's greeting gets the reason (best effort: it may not listen).
             if let Ok(Some(_)) = fdpass::recv(&stream, limit()) {
-                let _ = nic_side::answer(&stream, &Err(e), limit());
+                let _ = answer(&stream, &Err(e), limit());
             }
             return;
         }
@@ -470,17 +497,20 @@ fn serve_host<'a>(
                 break;
             }
         };
-        let mut map = |fd| map_host_memory(fd, peer);
-        let sent = match decode_to_nic(message, &mut map) {
-            Err(e) => nic_side::answer(stream, &Err(e), limit()),
+        let map = move |fd| map_host_memory(fd, peer);
+        let sent = match codec::decode(message, map) {
+            // Memory the host may not register: an answer like any refusal.
+            Err(DecodeError::Refused(e)) => answer(stream, &Err(e), limit()),
+            Err(DecodeError::Malformed(e)) => {
+                info!(error = %e, "host sent what is not a message: hanging up");
+                let _ = answer(stream, &Err(e.into()), limit());
+                hang_up(stream, &shared.stop);
+                break;
+            }
             Ok(ToNic::Hello { version }) => {
-                let result = nic_side::welcome(
-                    stream,
-                    &shared.nic,
-                    doorbell.word.fd().expect("device memory has a descriptor"),
-                    doorbell.waker.as_fd(),
-                    limit(),
-                );
+                let result = doorbell
+                    .welcome(&shared.nic)
+                    .and_then(|w| send(stream, &FromNic::<Response>::Welcome(w), limit()));
                 if version != PROTOCOL_VERSION {
                     info!(version, "host speaks another protocol version");
                     break;
@@ -496,13 +526,13 @@ fn serve_host<'a>(
                 Ok(client) => {
                     clients.insert(client);
                     debug!(client, "context opened");
-                    nic_side::opened(stream, client, limit())
+                    send(stream, &FromNic::<Response>::Opened(client), limit())
                 }
-                Err(e) => nic_side::answer(stream, &Err(e), limit()),
+                Err(e) => answer(stream, &Err(e), limit()),
             },
             Ok(ToNic::Call { client, request }) => {
-                let answer = call(shared, host, &mut clients, client, request);
-                nic_side::answer(stream, &answer, limit())
+                let result = call(shared, host, &mut clients, client, request);
+                answer(stream, &result, limit())
             }
         };
         if let Err(e) = sent {
@@ -540,7 +570,7 @@ fn call(
     clients: &mut HashSet<ClientId>,
     client: ClientId,
     request: Request,
-) -> Result<crate::control::Response, VerbsError> {
+) -> Result<Response, VerbsError> {
     if !clients.contains(&client) {
         return Err(VerbsError::Invalid(format!(
             "context {client} was not opened on this connection"

@@ -8,6 +8,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 pub use roce_hostmem::Access;
 use roce_wire::EthernetAddress;
+use serde::{Deserialize, Serialize};
 
 /// A scatter/gather entry: `length` bytes at virtual address `addr` of the registration `lkey`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -323,7 +324,7 @@ impl Wc {
 }
 
 /// The transport service of a QP.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[repr(u8)]
 pub enum QpType {
     Rc = 2,
@@ -353,7 +354,7 @@ impl fmt::Display for QpType {
 }
 
 /// `ibv_qp_state`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[repr(u8)]
 pub enum QpState {
     Reset = 0,
@@ -395,7 +396,7 @@ impl fmt::Display for QpState {
 }
 
 /// `ibv_mtu`: the path MTU, 256 to 4096 bytes of payload per packet.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[repr(u8)]
 pub enum Mtu {
     M256 = 1,
@@ -439,7 +440,7 @@ impl fmt::Display for Mtu {
 }
 
 /// A 128-bit global identifier. For RoCEv2 it is an IPv6 address or an IPv4-mapped one.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub struct Gid(pub [u8; 16]);
 
 impl Gid {
@@ -517,7 +518,7 @@ impl From<Ipv4Addr> for Gid {
 }
 
 /// Where a connected QP's packets go (`ibv_ah_attr` with its GRH, for RoCE).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AddressVector {
     pub dgid: Gid,
     pub sgid_index: u8,
@@ -526,6 +527,7 @@ pub struct AddressVector {
     pub hop_limit: u8,
     pub traffic_class: u8,
     /// The peer's MAC; `None` resolves it from the NIC's neighbour table.
+    #[serde(with = "crate::host::codec::fields::opt_mac")]
     pub dmac: Option<EthernetAddress>,
 }
 
@@ -544,7 +546,7 @@ impl AddressVector {
 }
 
 /// Sizes a QP is created with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QpCap {
     pub max_send_wr: u32,
     pub max_recv_wr: u32,
@@ -566,7 +568,7 @@ impl Default for QpCap {
 }
 
 /// Attributes for `modify` (a `Some` field is in the attribute mask) and from `query`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct QpAttr {
     pub qp_state: Option<QpState>,
     pub pkey_index: Option<u16>,
