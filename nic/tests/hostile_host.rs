@@ -537,13 +537,16 @@ fn a_host_that_sends_half_a_message_or_never_reads_is_dropped_and_holds_nothing_
     let mut half = UnixStream::connect(nics.a.1.path()).unwrap();
     half.write_all(&100u32.to_le_bytes()).unwrap();
     half.write_all(&[0; 10]).unwrap();
-    // Requests without ever reading the answers (Hello, then queries).
+    // Requests without ever reading the answers: Hello, then calls that each get an answer
+    // (an error: context 127 was never opened here) and open nothing that would count against
+    // this process's own context limit.
     let mut flood = UnixStream::connect(nics.a.1.path()).unwrap();
     flood.set_nonblocking(true).unwrap();
     let mut hello = vec![0u8];
     hello.extend_from_slice(&roce_nic::host::PROTOCOL_VERSION.to_le_bytes());
     let _ = flood.write_all(&frame(&hello));
-    let query = frame(&[1]);
+    // ToNic::Call (tag 2) { client: 127, request: QueryDevice (tag 0) }, as postcard puts it.
+    let query = frame(&[2, 0x7f, 0]);
     for _ in 0..100_000 {
         if flood.write_all(&query).is_err() {
             break;
@@ -699,7 +702,8 @@ fn sigterm_ends_the_nic_within_seconds_whatever_its_hosts_do() {
     half.write_all(&[2; 100]).unwrap();
     let mut flood = UnixStream::connect(&nic.socket).unwrap();
     flood.set_nonblocking(true).unwrap();
-    let query = frame(&[1]);
+    // ToNic::Call (tag 2) { client: 127, request: QueryDevice (tag 0) }, as postcard puts it.
+    let query = frame(&[2, 0x7f, 0]);
     for _ in 0..100_000 {
         if flood.write_all(&query).is_err() {
             break;
