@@ -51,6 +51,7 @@ counters! {
     rx_not_for_us: "RoCE packets for another MAC or IP address",
     rx_unknown_qp: "RoCE packets for a QP that does not exist",
     rx_wrong_transport: "packets whose opcode does not fit the QP's transport",
+    rx_wrong_address: "RC/UC packets dropped for coming from or going to an address other than the connected QP's",
     rx_bad_state: "packets dropped because the QP's state does not accept them",
     rx_bad_pkey: "packets dropped for a P_Key other than 0xffff",
     rx_qkey_mismatch: "UD datagrams dropped for a wrong Q_Key",

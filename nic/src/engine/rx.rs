@@ -12,7 +12,7 @@ use super::Engine;
 use crate::buf::FrameBuf;
 use crate::counters;
 use crate::port;
-use crate::transport::{completer, responder, Ctx};
+use crate::transport::{completer, ip_addresses, responder, Ctx};
 use crate::verbs::types::QpType;
 
 impl Engine {
@@ -98,6 +98,17 @@ impl Engine {
             counters::bump(&c.rx_wrong_transport);
             debug!(qp_type = %qp.qp_type, "opcode of another transport: dropped");
             return;
+        }
+        if let Some(path) = qp.path.filter(|_| qp.qp_type != QpType::Ud) {
+            if !path.is_reverse_of(&frame.repr.network) {
+                counters::bump(&c.rx_wrong_address);
+                debug!(
+                    packet = ?ip_addresses(&frame.repr.network),
+                    connected = ?ip_addresses(&path.network),
+                    "packet from or to an address the QP is not connected to: dropped"
+                );
+                return;
+            }
         }
         let mut ctx = Ctx {
             mrs: &mut self.mrs,
