@@ -16,7 +16,8 @@ use roce_wire::{Frame, NetworkRepr};
 
 /// Each error both ways — bad rkey, out of bounds, misaligned atomic, a READ over the 2^31
 /// bytes a message may have, RNR until the retries run out, a silent responder until the
-/// transport retries run out, a wrong Q_Key on UD — with the responder's NAK checked on the
+/// transport retries run out, a wrong Q_Key on UD, SEND with invalidate of an rkey the
+/// responder cannot invalidate — with the responder's answer checked on the
 /// wire and the requester's completion status (`interop::errors` has the cases; where rxe
 /// cannot make a case happen, its function says why).
 #[test]

@@ -14,8 +14,9 @@
  *   rtr QPN PSN GID GIDX MTU TIMEOUT RETRY RNR_RETRY MIN_RNR_TIMER
  *                                   RC: INIT -> RTR -> RTS towards that peer  -> ok
  *   recv N LEN                      post N receives of LEN bytes               -> ok
- *   post OP RKEY VA LEN             OP: write read send faa cas; one signaled request from the
- *                                   start of the buffer (faa adds 1, cas swaps 0 for 1)
+ *   post OP RKEY VA LEN             OP: write read send sendinv faa cas; one signaled request
+ *                                   from the start of the buffer (faa adds 1, cas swaps 0 for 1,
+ *                                   sendinv asks the peer to invalidate RKEY)
  *   post ud QPN QKEY GID GIDX LEN FILL   a datagram of LEN bytes of FILL (one byte)
  *                                   -> ok, or err ERRNO when ibv_post_send refuses it
  *   poll MS                         the next completion, waiting at most MS ms
@@ -276,6 +277,9 @@ static int cmd_post(char *args)
 		wr.opcode = IBV_WR_RDMA_READ;
 	} else if (strcmp(op, "send") == 0) {
 		wr.opcode = IBV_WR_SEND;
+	} else if (strcmp(op, "sendinv") == 0) {
+		wr.opcode = IBV_WR_SEND_WITH_INV;
+		wr.invalidate_rkey = rkey;
 	} else if (strcmp(op, "faa") == 0) {
 		wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
 		wr.wr.atomic.compare_add = 1;
