@@ -494,6 +494,7 @@ pub fn run() {
     if !all.bad.is_empty() {
         failures.push(format!("rxe sent bad frames: {}", all.bad.join("; ")));
     }
+    check_rxe_counters(&console, &frames, &mut failures);
     eprintln!(
         "group errors: {} cases in {:.1} s (guest booted and agent connected after {:.1} s)\n{table}  wire: {} frames; RoCE from us {} (opcodes {:x?}), from rxe {} (opcodes {:x?})",
         cases.len(),
@@ -512,6 +513,36 @@ pub fn run() {
         dir.display(),
         failures.join("\n")
     );
+}
+
+/// rxe's own account of the errors (its hw_counters, printed after the script): exactly one
+/// transport and one RNR retry exhaustion (its two cases as requester), the RNR NAKs of ours it
+/// received in its RNR case, and as many RNR NAKs sent as the capture holds from it.
+fn check_rxe_counters(console: &Console, frames: &[(bool, Vec<u8>)], failures: &mut Vec<String>) {
+    let rnr_naks_from_rxe = frames
+        .iter()
+        .filter(|(guest, data)| {
+            *guest
+                && Frame::parse(data).is_ok_and(|f| {
+                    matches!(
+                        f.repr.ext.aeth.map(|a| a.syndrome),
+                        Some(Syndrome::RnrNak { .. })
+                    )
+                })
+        })
+        .count() as u64;
+    let counters = console.counters();
+    for (name, want) in [
+        ("retry_exceeded_err", 1),
+        ("retry_rnr_exceeded_err", 1),
+        ("rcvd_rnr_err", u64::from(RNR_RETRY) + 1),
+        ("send_rnr_err", rnr_naks_from_rxe),
+    ] {
+        let got = counters.get(name).copied();
+        if got != Some(want) {
+            failures.push(format!("rxe's counter {name} is {got:?}, not {want}"));
+        }
+    }
 }
 
 /// Boots the guest, whose script runs the agent against our NIC.
