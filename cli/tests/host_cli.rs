@@ -414,7 +414,15 @@ fn a_nic_holds_the_p_keys_it_is_given() {
     let env = Env::new("pkeys");
     let (mut a, _b) = cabled_pair(&env, 75);
     let refused = env.run(&[
-        "nic", "--name", &a.name, "--ip", &a.ip, "--link", &a.link, "--pkey", "0x7fff,0x8000",
+        "nic",
+        "--name",
+        &a.name,
+        "--ip",
+        &a.ip,
+        "--link",
+        &a.link,
+        "--pkey",
+        "0x7fff,0x8000",
     ]);
     assert_eq!(refused.status.code(), Some(2), "{}", refused.stderr);
     assert!(

@@ -7,6 +7,7 @@
 pub mod captures;
 pub mod guest;
 pub mod pair;
+pub mod pkey;
 pub mod scenario;
 pub mod wire;
 
