@@ -206,14 +206,16 @@ impl Case {
     }
 }
 
-/// RC, short timer and few retries: a refused exchange ends in a retry-exceeded completion.
+/// RC with a short timer (timeout 13, 33 ms) and few retries (3): a refused exchange ends in a
+/// retry-exceeded completion in about 130 ms, while a taken one would need the engine to stall
+/// that long to fail.
 fn rc_pair(a: &Nic, b: &Nic) -> (Host, Host) {
     let ha = host(&a.dev, QpType::Rc, 1 << 16, bench_cap()).unwrap();
     let hb = host(&b.dev, QpType::Rc, 1 << 16, bench_cap()).unwrap();
     connect(&ha, &hb, Mtu::M1024, |attr| {
         if attr.qp_state == Some(QpState::Rts) {
-            attr.timeout = Some(8);
-            attr.retry_cnt = Some(2);
+            attr.timeout = Some(13);
+            attr.retry_cnt = Some(3);
         }
     })
     .unwrap();
