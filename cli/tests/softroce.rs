@@ -310,11 +310,12 @@ fn the_committed_rdma_cm_capture_holds_every_handshake_message() {
 /// - 0x1234 on our ACKs (a relay rewrites them): dropped — not counted in `rcvd_pkts`, and rxe
 ///   sends its request again and again, as if the ACK were lost.
 /// - 0x1234 on our requests: dropped silently — no ACK, no NAK, nothing counted.
-/// - 0x7fff at a limited member: rxe cannot be one (its table is fixed), so this case is ours
-///   alone (nic/tests/pkey.rs).
+/// - 0x7fff at a limited member: rxe cannot be one (its table is fixed), so the case is ours:
+///   rxe's frames rewritten to 0x7fff, requests and ACKs, reach our limited port, which refuses
+///   them (`rx_bad_pkey`); rxe resends its unacknowledged pong until its tool is killed.
 #[test]
 fn p_keys_rxe_takes_and_refuses() {
-    use interop::pkey::{self, Mode, Ours, Run};
+    use interop::pkey::{self, Frames, Mode, Run};
     use std::net::SocketAddr;
     use std::time::{Duration, Instant};
     use support::{free_udp_port, Env, Nic};
@@ -357,14 +358,21 @@ fn p_keys_rxe_takes_and_refuses() {
             guest_serves: false,
             guest_limit: 8,
             our_limit: 12,
-            rewrite: Some((Ours::Responses, 0x1234)),
+            rewrite: Some((Frames::OurResponses, 0x1234)),
         },
         Run {
             name: "0x1234 on our requests",
             guest_serves: true,
             guest_limit: 8,
             our_limit: 15,
-            rewrite: Some((Ours::Requests, 0x1234)),
+            rewrite: Some((Frames::OurRequests, 0x1234)),
+        },
+        Run {
+            name: "0x7fff on rxe's requests and ACKs, at our limited port",
+            guest_serves: true,
+            guest_limit: 8,
+            our_limit: 15,
+            rewrite: Some((Frames::Rxes, 0x7fff)),
         },
     ];
     const FIRST_PORT: u16 = 19400;
@@ -373,6 +381,18 @@ fn p_keys_rxe_takes_and_refuses() {
     let limit = 120 + runs.iter().map(|r| r.guest_limit).sum::<u32>();
     let mut vm = pkey::start_guest(guest, relay.guest_side, &script, limit);
 
+    // Our NIC's counters before the first run and after each.
+    let refused = || {
+        let info = env.run(&["host", "info", "--nic", &nic.name, "--counters"]);
+        let value = |name: &str| -> u64 {
+            info.stdout
+                .lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+                .unwrap_or_else(|| panic!("no {name} in {}", info.stdout))
+        };
+        (value("rx_bad_pkey"), value("rx_unknown_qp"))
+    };
+    let mut ours_refused = vec![refused()];
     let mut our_runs = Vec::new();
     for (n, run) in runs.iter().enumerate() {
         relay.set(Mode {
@@ -391,12 +411,13 @@ fn p_keys_rxe_takes_and_refuses() {
         let mut proc = env.spawn(&args, false);
         let status = proc.wait(Duration::from_secs(u64::from(limit) + 60));
         our_runs.push((status, proc.drain_stdout(), proc.stderr()));
+        ours_refused.push(refused());
     }
     vm.wait(Duration::from_secs(u64::from(limit) + 30));
     let console_text = vm.drain_stdout();
     std::fs::write(dir.join("console.log"), &console_text).unwrap();
     let console = interop::guest::Console::new(&console_text);
-    let counters = env.run(&["host", "info", "--nic", &nic.name, "--counters"]);
+    let (bad_pkey_at_end, unknown_qp_at_end) = refused();
     drop(nic_proc);
     let crossed = relay.finish();
 
@@ -413,8 +434,9 @@ fn p_keys_rxe_takes_and_refuses() {
         let here: Vec<&pkey::Crossed> = crossed.iter().filter(|c| c.scenario == n).collect();
         let ours: Vec<&&pkey::Crossed> = here.iter().filter(|c| !c.from_guest).collect();
         let theirs: Vec<&&pkey::Crossed> = here.iter().filter(|c| c.from_guest).collect();
-        let rewritten = ours.iter().filter(|c| c.rewritten).count() as u64;
+        let rewritten = here.iter().filter(|c| c.rewritten).count() as u64;
         let taken = rcvd[n + 1] - rcvd[n];
+        let we_refused = ours_refused[n + 1].0 - ours_refused[n].0;
         let guest = console.scenario(n);
         let (status, stdout, stderr) = &our_runs[n];
         let what = format!(
@@ -432,7 +454,7 @@ fn p_keys_rxe_takes_and_refuses() {
         let _ = std::fmt::Write::write_fmt(
             &mut table,
             format_args!(
-                "  {:55} ours {:3} frames ({rewritten} rewritten), rxe took {taken}; rxe sent {:3}, its first request {sent_again}x\n",
+                "  {:55} {rewritten:3} rewritten; ours {:3}, rxe took {taken:3}; rxe's {:3}, we refused {we_refused:3}; rxe's first request {sent_again}x\n",
                 run.name,
                 ours.len(),
                 theirs.len()
@@ -445,14 +467,15 @@ fn p_keys_rxe_takes_and_refuses() {
                 assert!(guest.output.contains("5 iters in"), "{what}");
                 assert!(ours.iter().all(|c| c.p_key == 0x7fff), "{what}");
                 assert!(theirs.iter().all(|c| c.p_key == 0xffff), "{what}");
-                // rxe took every packet we sent, requests and ACKs alike.
+                // rxe took every packet we sent, requests and ACKs alike, and we all of its.
                 assert!(
                     ours.iter().any(|c| c.opcode == 0x11),
                     "{what}: no ACK of ours"
                 );
                 assert_eq!(taken, ours.len() as u64, "{what}");
+                assert_eq!(we_refused, 0, "{what}");
             }
-            Some((Ours::Responses, _)) => {
+            Some((Frames::OurResponses, _)) => {
                 assert!(!status.success(), "{what}");
                 assert!(killed_by_its_limit(guest.status), "{what}");
                 assert!(rewritten > 0, "{what}");
@@ -460,7 +483,7 @@ fn p_keys_rxe_takes_and_refuses() {
                 assert_eq!(taken, ours.len() as u64 - rewritten, "{what}");
                 assert!(sent_again >= 2, "{what}");
             }
-            Some((Ours::Requests, _)) => {
+            Some((Frames::OurRequests, _)) => {
                 assert!(!status.success(), "{what}");
                 assert!(killed_by_its_limit(guest.status), "{what}");
                 assert!(rewritten >= 2, "{what}: sent, and sent again");
@@ -468,14 +491,24 @@ fn p_keys_rxe_takes_and_refuses() {
                 assert_eq!(taken, 0, "{what}");
                 assert!(theirs.is_empty(), "{what}: rxe answered");
             }
+            Some((Frames::Rxes, _)) => {
+                assert!(!status.success(), "{what}");
+                assert!(killed_by_its_limit(guest.status), "{what}");
+                assert_eq!(rewritten, theirs.len() as u64, "{what}");
+                // rxe took our requests; we refused its ACKs and its pong while our QP lived,
+                // and what came after was for a QP gone.
+                assert_eq!(taken, ours.len() as u64, "{what}");
+                assert!(we_refused >= 1, "{what}");
+                let unknown = unknown_qp_at_end - ours_refused[n].1;
+                assert_eq!(
+                    bad_pkey_at_end - ours_refused[n].0 + unknown,
+                    rewritten,
+                    "{what}"
+                );
+                assert!(sent_again >= 2, "{what}: rxe resent its pong");
+            }
         }
     }
-    // rxe's 0xffff was taken by our limited port: nothing refused for its P_Key.
-    assert!(
-        counters.stdout.lines().any(|l| l == "rx_bad_pkey 0"),
-        "{}",
-        counters.stdout
-    );
     eprintln!(
         "group pkey: {} runs in {:.1} s\n{table}",
         runs.len(),

@@ -1,7 +1,8 @@
 //! P_Keys against Soft-RoCE: one guest boot, our `roce nic` a limited member of the default
 //! partition (`--pkey 0x7fff`), and between the two a relay on loopback that passes every frame
-//! on — or, per scenario, rewrites the P_Key of our requests or of our responses (ACKs), with
-//! the ICRC recomputed by roce-wire, so that rxe can refuse them only for their P_Key. rxe's
+//! on — or, per scenario, rewrites the P_Key of our requests, of our responses (ACKs), or of
+//! every RoCE frame of the guest's, with the ICRC recomputed by roce-wire, so that a receiver
+//! can refuse them only for their P_Key. rxe's
 //! answer to each case is read off the cable (what rxe sent back) and off its own count of the
 //! packets it took (`rcvd_pkts`, which counts only packets that passed its header checks),
 //! printed by the guest after each scenario.
@@ -17,18 +18,30 @@ use std::time::{Duration, Instant};
 
 use roce_wire::Frame;
 
-/// Which of our frames the relay rewrites.
+/// Which frames the relay rewrites.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ours {
-    Requests,
-    Responses,
+pub enum Frames {
+    OurRequests,
+    OurResponses,
+    /// Every RoCE frame rxe sends, requests and responses.
+    Rxes,
+}
+
+impl Frames {
+    fn select(self, from_guest: bool, is_response: bool) -> bool {
+        match self {
+            Frames::OurRequests => !from_guest && !is_response,
+            Frames::OurResponses => !from_guest && is_response,
+            Frames::Rxes => from_guest,
+        }
+    }
 }
 
 /// What the relay does now: the scenario it stamps frames with, and the rewrite, if any.
 #[derive(Debug, Clone, Copy)]
 pub struct Mode {
     pub scenario: usize,
-    pub rewrite: Option<(Ours, u16)>,
+    pub rewrite: Option<(Frames, u16)>,
 }
 
 /// One RoCE frame that crossed the relay.
@@ -139,14 +152,10 @@ fn pass(bytes: &[u8], from_guest: bool, mode: Mode, crossed: &mut Vec<Crossed>) 
         return bytes.to_vec();
     };
     let bth = frame.repr.bth;
-    let kind = if bth.opcode.kind().is_response() {
-        Ours::Responses
-    } else {
-        Ours::Requests
-    };
+    let is_response = bth.opcode.kind().is_response();
     let rewrite = mode
         .rewrite
-        .filter(|(which, _)| !from_guest && *which == kind)
+        .filter(|(which, _)| which.select(from_guest, is_response))
         .map(|(_, p_key)| p_key);
     let out = match rewrite {
         Some(p_key) => {
@@ -177,7 +186,7 @@ pub struct Run {
     pub guest_limit: u32,
     /// Seconds any step of ours may wait.
     pub our_limit: u32,
-    pub rewrite: Option<(Ours, u16)>,
+    pub rewrite: Option<(Frames, u16)>,
 }
 
 /// The pingpong both sides run.
