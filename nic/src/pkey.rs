@@ -41,19 +41,13 @@ pub enum Mismatch {
     BothLimited,
 }
 
-impl Mismatch {
-    pub fn as_str(self) -> &'static str {
-        match self {
+impl fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
             Mismatch::Invalid => "invalid P_Key (partition 0)",
             Mismatch::OtherPartition => "another partition",
             Mismatch::BothLimited => "both limited members of the partition",
-        }
-    }
-}
-
-impl fmt::Display for Mismatch {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        })
     }
 }
 
@@ -68,11 +62,6 @@ pub fn check(theirs: u16, ours: u16) -> Result<(), Mismatch> {
     } else {
         Ok(())
     }
-}
-
-/// Whether two P_Keys match (see [`check`]).
-pub fn matches(a: u16, b: u16) -> bool {
-    check(a, b).is_ok()
 }
 
 /// A port's P_Key table: the partitions it belongs to, each with its membership. Index 0 is
@@ -205,7 +194,7 @@ mod tests {
                 want,
                 "{theirs:#06x} against {ours:#06x}"
             );
-            assert_eq!(matches(ours, theirs), want.is_ok(), "the rule is symmetric");
+            assert_eq!(check(ours, theirs), want, "the rule is symmetric");
         }
     }
 
