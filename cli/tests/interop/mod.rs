@@ -5,8 +5,10 @@
 //! sides.
 
 pub mod captures;
+pub mod errors;
 pub mod guest;
 pub mod pair;
+pub mod pkey;
 pub mod scenario;
 pub mod wire;
 
