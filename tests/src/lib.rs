@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod bundled;
+pub mod netns;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
