@@ -1,6 +1,7 @@
 //! `roce demo` as a student runs it: every scenario, with its NICs and target as processes
 //! (the default) and in one process, each run's proof lines checked against the numbers they
-//! carry and against its pcap decoded independently by `roce decode --strict`.
+//! carry, against its pcap decoded by `roce decode --strict`, by tshark and by scapy, and —
+//! for the frozen target — against the target's /proc and memory as this test reads them.
 
 mod support;
 
@@ -115,11 +116,16 @@ fn decoded(env: &Env, pcap: &Path) -> Vec<String> {
 }
 
 /// The count the ICRC proof line gives matches the capture, which `roce decode --strict`
-/// finds all valid.
+/// finds all valid — and so do tshark (every field) and scapy (every ICRC), which share no code
+/// with the demo.
 fn assert_capture_valid(env: &Env, out: &str, pcap: &Path) -> Vec<String> {
     let lines = decoded(env, pcap);
     let claimed = numbers(proof(out, "all "))[0] as usize;
     assert_eq!(lines.len(), claimed, "{lines:#?}");
+    let roce = Path::new(env!("CARGO_BIN_EXE_roce"));
+    if let Some(checked) = roce_tests::oracle::check_from_outside(roce, pcap) {
+        assert_eq!((checked.packets, checked.icrcs), (claimed, claimed));
+    }
     lines
 }
 

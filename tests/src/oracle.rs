@@ -28,10 +28,11 @@
 //! - tshark shows a REQ's alternate-path GIDs as bytes; `roce decode` as IPv6 addresses. The
 //!   two are compared as sixteen bytes.
 //!
-//! A field that neither side reports is not simply passed over: within a packet, every field
-//! of a header either side shows (`infiniband.reth` for `infiniband.reth.va`) must be shown by
-//! both, and over a whole run every field of the list must have been compared at least once —
-//! so a field both decoders forgot cannot hide.
+//! A field that neither side reports is not simply passed over: over a whole run every field of
+//! the list must have been compared at least once, and a field both decoders show in one packet
+//! must be shown in every packet of the same opcode (unless its presence depends on more than
+//! the opcode: the network layer, padding, the AETH syndrome's type, a MAD's class) — so a
+//! field both decoders forgot cannot hide.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
@@ -201,10 +202,33 @@ fn excused(opcode: Option<u64>, field: &str) -> bool {
     opcode.is_some_and(|op| UNKNOWN_TO_TSHARK.contains(&op)) && (past_bth || field == "data.len")
 }
 
-/// The header a field belongs to: its name without the last part (`infiniband.reth` for
-/// `infiniband.reth.va`, `ip` for `ip.src`).
-fn header(field: &str) -> &str {
-    field.rsplit_once('.').map_or(field, |(header, _)| header)
+/// Whether a field may be absent from a packet of an opcode that has it in another packet:
+/// the link and network layers (Linux cooked captures have no Ethernet header; IPv4, IPv6, a
+/// VLAN tag, RoCEv1's GRH; padding of short frames), the payload (a message may be empty), the
+/// AETH syndrome's parts (which depend on its type) and the management datagrams' fields
+/// (which depend on the MAD's class and attribute).
+fn depends_on_more_than_the_opcode(field: &str) -> bool {
+    const VARYING: [&str; 11] = [
+        "eth.",
+        "data.",
+        "vlan.",
+        "ip.",
+        "ipv6.",
+        "udp.",
+        "infiniband.grh.",
+        "infiniband.aeth.syndrome.",
+        "infiniband.mad.",
+        "infiniband.cm.",
+        "infiniband.sidr",
+    ];
+    VARYING.iter().any(|prefix| field.starts_with(prefix))
+}
+
+/// The fields of one opcode seen over a comparison.
+#[derive(Default)]
+struct OpcodeFields {
+    present: BTreeSet<&'static str>,
+    absent: Vec<(String, &'static str)>,
 }
 
 /// tshark's opcode of each frame of `file`, in order (`None` where tshark sees no RoCE); fails
@@ -240,6 +264,9 @@ pub struct Comparison {
     pub excused: usize,
     /// Every field compared at least once, by name.
     pub compared: BTreeSet<&'static str>,
+    /// Per opcode: the fields compared in some packet, and the packets where neither decoder
+    /// showed a field.
+    by_opcode: BTreeMap<Option<u64>, OpcodeFields>,
     pub disagreements: Vec<String>,
 }
 
@@ -301,22 +328,24 @@ impl Comparison {
             ("ip.version", None) => object.get("ipv6.version"),
             (_, value) => value,
         };
-        // The headers either side shows in this packet: each of their fields must be there.
-        let shown: BTreeSet<&str> = fields
-            .iter()
-            .filter(|f| ours_of(f).is_some() || row.contains_key(**f))
-            .map(|f| header(f))
-            .collect();
+        let opcode_fields = self.by_opcode.entry(opcode).or_default();
         for field in fields {
             match (ours_of(field), row.get(*field)) {
-                (None, None) if !shown.contains(header(field)) => {}
+                (None, None) => {
+                    if !depends_on_more_than_the_opcode(field) {
+                        opcode_fields.absent.push((frame.to_owned(), field));
+                    }
+                }
                 (Some(ours), Some(theirs)) if agree(ours, theirs) => {
                     self.fields += 1;
                     self.compared.insert(field);
+                    opcode_fields.present.insert(field);
                 }
                 (Some(_), None) if excused(opcode, field) => self.excused += 1,
+                // Compared all the same: with what tshark's misreading of our value gives.
                 (Some(_), Some(theirs)) if tshark_misreads_the_path(field, object, theirs) => {
-                    self.excused += 1
+                    self.excused += 1;
+                    self.compared.insert(field);
                 }
                 (ours, theirs) => self.disagreements.push(format!(
                     "{frame} {field}: roce says {ours:?}, tshark says {theirs:?}"
@@ -334,8 +363,30 @@ impl Comparison {
             .collect()
     }
 
-    /// Fails the test on any disagreement.
+    /// Packets where neither decoder reported a field that both reported in another packet of
+    /// the same opcode (a field whose presence depends on the opcode alone).
+    pub fn missing_for_their_opcode(&self) -> Vec<String> {
+        self.by_opcode
+            .values()
+            .flat_map(|seen| {
+                seen.absent
+                    .iter()
+                    .filter(|(_, field)| seen.present.contains(field))
+                    .map(|(frame, field)| format!("{frame} {field}: neither decoder shows it"))
+            })
+            .collect()
+    }
+
+    /// Fails the test on any disagreement, or a field neither decoder shows in a packet whose
+    /// opcode has it elsewhere.
     pub fn assert_agreement(&self) {
+        let missing = self.missing_for_their_opcode();
+        assert!(
+            missing.is_empty(),
+            "fields neither decoder shows, {} times:\n{}",
+            missing.len(),
+            missing.join("\n")
+        );
         assert!(
             self.disagreements.is_empty(),
             "tshark and roce decode disagree {} times:\n{}",
