@@ -498,3 +498,59 @@ pub fn check_from_outside(roce: &Path, file: &Path) -> Option<Checked> {
         icrcs: icrcs.by_scapy + icrcs.by_script,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ours(pairs: &[(&str, Value)]) -> Map<String, Value> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect()
+    }
+
+    fn theirs(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_field_both_decoders_leave_out_is_caught() {
+        let fields = ["infiniband.bth.opcode", "infiniband.reth.dmalen"];
+        let mut comparison = Comparison::default();
+        // Frame 1 of a WRITE_ONLY (opcode 10) shows its DMA length on both sides...
+        comparison.packet(
+            "frame 1",
+            &fields,
+            &ours(&[
+                ("infiniband.bth.opcode", 10.into()),
+                ("infiniband.reth.dmalen", 69.into()),
+            ]),
+            &theirs(&[
+                ("infiniband.bth.opcode", "10"),
+                ("infiniband.reth.dmalen", "69"),
+            ]),
+            Some(10),
+        );
+        assert!(comparison.missing_for_their_opcode().is_empty());
+        // ...frame 2, of the same opcode, on neither: not passed over.
+        comparison.packet(
+            "frame 2",
+            &fields,
+            &ours(&[("infiniband.bth.opcode", 10.into())]),
+            &theirs(&[("infiniband.bth.opcode", "0x0a")]),
+            Some(10),
+        );
+        assert!(comparison.disagreements.is_empty());
+        assert_eq!(
+            comparison.missing_for_their_opcode(),
+            ["frame 2 infiniband.reth.dmalen: neither decoder shows it"]
+        );
+        // A field no packet showed is named too.
+        let more = ["infiniband.bth.opcode", "infiniband.deth.q_key"];
+        assert_eq!(comparison.never_compared(&more), ["infiniband.deth.q_key"]);
+    }
+}
