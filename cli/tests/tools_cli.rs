@@ -353,3 +353,42 @@ fn perftest_help_says_which_tests_sweep_every_size() {
         help.stdout
     );
 }
+
+/// `--pkey` for a NIC of the tool's own: a limited member of the default partition talks to a
+/// full member, and not to another limited member.
+#[test]
+fn pingpong_between_partition_members() {
+    let env = Env::new("ppk");
+    for (server_key, client_key, talks) in [("0x7fff", "0xffff", true), ("0x7fff", "0x7fff", false)]
+    {
+        let (a, b) = cable();
+        let common = ["pingpong", "rc", "-n", "3", "-s", "64", "--timeout", "3"];
+        let server: Vec<&str> = common
+            .iter()
+            .copied()
+            .chain(["--link", &a, "--ip", "10.82.0.1", "--pkey", server_key])
+            .collect();
+        let client: Vec<&str> = common
+            .iter()
+            .copied()
+            .chain(["--link", &b, "--ip", "10.82.0.2", "--pkey", client_key])
+            .chain(["--connect-retry", "20", "10.82.0.1"])
+            .collect();
+        let (s, c) = pair(&env, &server, &client);
+        for done in [&s, &c] {
+            if talks {
+                assert_ran(done, &["verified: 3 messages received"]);
+            } else {
+                assert!(!done.status.success(), "{}", done.stdout);
+            }
+        }
+        if !talks {
+            // The client's SEND was never taken: its retries ran out.
+            assert!(
+                c.stderr.contains("transport retry counter exceeded"),
+                "{}",
+                c.stderr
+            );
+        }
+    }
+}

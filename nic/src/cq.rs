@@ -25,8 +25,8 @@ impl EventLine {
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
-        // SAFETY: `fd` is new and owned by nobody else.
         Ok(Arc::new(EventLine {
+            // SAFETY: `fd` is new and owned by nobody else.
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
         }))
     }

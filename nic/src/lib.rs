@@ -24,6 +24,7 @@ mod engine;
 pub mod host;
 pub mod limits;
 pub mod link;
+pub mod pkey;
 pub mod port;
 pub mod qp;
 pub mod ring;

@@ -55,6 +55,7 @@ pub struct SharedWord {
 
 // SAFETY: the word is only accessed atomically, and `_keep` keeps its memory alive.
 unsafe impl Send for SharedWord {}
+// SAFETY: as for Send: every access to the word is atomic.
 unsafe impl Sync for SharedWord {}
 
 impl SharedWord {

@@ -1,6 +1,8 @@
 //! Helpers shared by the cross-crate test suites: where things are, how a test that needs an
 //! outside tool skips (never under CI), and the captures the project records itself.
 
+#![forbid(unsafe_code)]
+
 pub mod bundled;
 pub mod oracle;
 

@@ -192,6 +192,7 @@ impl CpuUse {
     fn now() -> CpuUse {
         // SAFETY: rusage is plain old data, filled in by the call; RUSAGE_SELF cannot fail.
         let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid, writable rusage.
         unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
         let time = |tv: libc::timeval| {
             Duration::from_secs(tv.tv_sec.max(0) as u64)

@@ -340,6 +340,7 @@ impl Drop for Proc {
         if let Ok(None) = self.child.try_wait() {
             // SAFETY: kill(2) of our own child, by its PID.
             unsafe { libc::kill(self.pid(), libc::SIGCONT) };
+            // SAFETY: as above.
             unsafe { libc::kill(self.pid(), libc::SIGTERM) };
             let deadline = Instant::now() + Duration::from_secs(5);
             while Instant::now() < deadline {

@@ -199,6 +199,7 @@ fn device_info() -> DeviceInfo {
             host_max_contexts: 3,
             ..Limits::default()
         },
+        pkeys: "0x7fff,0x8001".parse().unwrap(),
     }
 }
 
@@ -847,7 +848,7 @@ fn the_encoding_is_pinned_to_the_protocol_version() {
     }
     assert_eq!(
         (PROTOCOL_VERSION, hash),
-        (3, 0xad00_d8f6_3876_be15),
+        (4, 0xe34a_ff5d_5ea4_06b7),
         "the control messages' encoding changed: give messages::PROTOCOL_VERSION a new number, \
          and pin it here with the new hash ({hash:#018x})"
     );
