@@ -7,6 +7,9 @@
 //!   is a failure: CI installs every tool.
 //! - [`regenerate`]: whether a golden-file test may rewrite its file instead of comparing with
 //!   it — only when asked with the variable set to exactly `1`, and never under CI.
+//! - [`eventually`]: a deadline-based poll, for tests that wait for an event.
+
+#![forbid(unsafe_code)]
 
 use std::io::Write;
 
