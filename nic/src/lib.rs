@@ -21,6 +21,7 @@ pub mod counters;
 pub mod cq;
 mod device;
 mod engine;
+pub mod eventfd;
 pub mod host;
 pub mod limits;
 pub mod link;

@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod bundled;
+pub mod netns;
 pub mod oracle;
 
 use std::path::{Path, PathBuf};
