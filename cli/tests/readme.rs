@@ -81,7 +81,7 @@ fn skipped(block: &Block) -> Option<&'static str> {
     if block.rust {
         return Some("a Rust fragment of the verbs API, not a command");
     }
-    let reasons: [(&str, &str); 10] = [
+    let reasons: [(&str, &str); 11] = [
         (
             "tests/interop/softroce-vm",
             "needs the QEMU guest (cli/tests/softroce.rs runs it)",
@@ -113,6 +113,10 @@ fn skipped(block: &Block) -> Option<&'static str> {
         ),
         (
             "cargo test -p roce-cli --test softroce",
+            "needs the QEMU guest",
+        ),
+        (
+            "tests/interop/softroce-vm run -- rping",
             "needs the QEMU guest",
         ),
         (

@@ -18,6 +18,7 @@ mod memory;
 pub mod oob;
 pub mod perftest;
 pub mod pingpong;
+pub mod rping;
 
 pub use error::ToolError;
 pub use oob::{Limits, Role};
