@@ -22,6 +22,8 @@ Examples:
 
 #[derive(clap::Args)]
 #[command(group(clap::ArgGroup::new("role").required(true).args(["server", "client"])))]
+// rping's -V is validation, not the version.
+#[command(disable_version_flag = true)]
 pub struct Args {
     /// Be the server: take one connection and answer its pings.
     #[arg(short = 's')]
