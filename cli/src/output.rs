@@ -74,11 +74,7 @@ pub fn count(n: impl Into<u64>, noun: &str) -> String {
 
 /// A MAC address as Linux prints it (`ip link`): six lower-case hex bytes with colons.
 pub fn mac(mac: roce_wire::EthernetAddress) -> String {
-    let b = mac.0;
-    format!(
-        "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
-        b[0], b[1], b[2], b[3], b[4], b[5]
-    )
+    roce_wire::ethernet::Mac(mac).to_string()
 }
 
 #[cfg(test)]

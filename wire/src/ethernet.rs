@@ -8,6 +8,19 @@ use crate::be;
 use crate::error::{check_len, Error, Layer};
 use crate::vlan::{VlanTag, TAG_LEN, VLAN_ETHERTYPE};
 
+/// A MAC address as Linux prints it (`ip link`): six lower-case hex bytes with colons.
+/// smoltcp's own `Display` uses dashes; every MAC the project prints goes through this one, so
+/// logs, tables and `--neigh` arguments all read alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mac(pub EthernetAddress);
+
+impl core::fmt::Display for Mac {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let [a, b, c, d, e, g] = self.0 .0;
+        write!(f, "{a:02x}:{b:02x}:{c:02x}:{d:02x}:{e:02x}:{g:02x}")
+    }
+}
+
 /// Bytes of an Ethernet header without a tag.
 pub const HEADER_LEN: usize = 14;
 

@@ -13,8 +13,9 @@ pub const NIC_IP: &str = "10.77.0.1";
 pub const GUEST_MAC: [u8; 6] = [0x52, 0x54, 0x00, 0x4d, 0x00, 0x02];
 pub const NIC_MAC: [u8; 6] = [0x02, 0x00, 10, 77, 0, 1];
 
-/// Host programs the harness needs (Debian packages qemu-system-x86, cpio, kmod, xz-utils).
-const HOST_TOOLS: [&str; 4] = ["qemu-system-x86_64", "cpio", "depmod", "xz"];
+/// Host programs the harness needs (Debian packages qemu-system-x86, cpio, kmod, xz-utils, and
+/// gcc, which compiles the guest's rxe-agent).
+const HOST_TOOLS: [&str; 5] = ["qemu-system-x86_64", "cpio", "depmod", "xz", "gcc"];
 
 pub fn harness() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/interop/softroce-vm")
@@ -38,7 +39,7 @@ pub fn ready() -> bool {
             .collect();
         if !missing.is_empty() {
             return Err(format!(
-                "{} not installed (apt-get install qemu-system-x86 cpio kmod xz-utils)",
+                "{} not installed (apt-get install qemu-system-x86 cpio kmod xz-utils gcc)",
                 missing.join(", ")
             ));
         }

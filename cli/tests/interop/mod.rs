@@ -5,6 +5,7 @@
 //! sides.
 
 pub mod captures;
+pub mod errors;
 pub mod guest;
 pub mod pair;
 pub mod scenario;

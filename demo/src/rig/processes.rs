@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use roce_hostmem::Region;
 use roce_nic::DeviceConfig;
+use roce_wire::ethernet::Mac;
 use rustix::process::Signal;
 
 use super::{Channel, Layout, Rig, Stage, TargetHandle, INITIATOR_IP, TARGET_IP};
@@ -82,7 +83,7 @@ pub(crate) fn nic_command(
         .args(["--link", &format!("cable:{},{}", cable.0, cable.1)]);
     for &peer in peers {
         let mac = DeviceConfig::new("peer", IpAddr::from(peer)).mac;
-        cmd.args(["--neigh", &format!("{}={mac}", IpAddr::from(peer))]);
+        cmd.args(["--neigh", &format!("{}={}", IpAddr::from(peer), Mac(mac))]);
     }
     cmd
 }

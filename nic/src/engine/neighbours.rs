@@ -14,6 +14,7 @@
 use std::net::IpAddr;
 use std::time::Instant;
 
+use roce_wire::ethernet::Mac;
 use roce_wire::EthernetAddress;
 use tracing::debug;
 
@@ -52,7 +53,7 @@ impl Engine {
             return;
         }
         let old = self.port.neighbours.insert(ip, mac);
-        debug!(%ip, %mac, ?old, "neighbour learnt");
+        debug!(%ip, mac = %Mac(mac), old = ?old.map(Mac), "neighbour learnt");
         self.ip_stack.resolved(ip);
         let (ready, rest) = std::mem::take(&mut self.awaiting_neighbour)
             .into_iter()
