@@ -37,7 +37,8 @@ pub struct Args {
     /// The RDMA CM port.
     #[arg(short = 'p', value_name = "PORT", default_value_t = rping::DEFAULT_PORT)]
     port: u16,
-    /// Pings; 0 pings until stopped (the server: until the client disconnects).
+    /// Pings the client sends; 0 pings until stopped. The server, as rping's, answers until
+    /// the client disconnects.
     #[arg(short = 'C', value_name = "COUNT", default_value_t = 0)]
     count: u64,
     /// Bytes of the ping buffer.

@@ -21,7 +21,7 @@ use std::collections::BTreeSet;
 
 use interop::guest::{GUEST_MAC, NIC_MAC};
 use interop::scenario::{Group, Kind, Scenario};
-use Kind::{Perftest, Pingpong};
+use Kind::{Perftest, Pingpong, Rping};
 
 fn scenarios(list: &[(Kind, &str)]) -> Vec<Scenario> {
     list.iter()
@@ -269,6 +269,22 @@ fn committed_captures_hold_real_rxe_frames_and_their_field_dumps() {
 /// kernels' CMs, every message of a handshake on the wire — REJ for an unused port, MRA from a
 /// server slow to accept, SIDR for a UD port — as `interop::pair::check` lists. With
 /// `ROCE_REGENERATE_CAPTURES=1` the capture replaces `captures/softroce/two-guests/`.
+/// rdma-core's rping both ways, connected by the guest kernel's RDMA CM and our NIC's CM
+/// agent: the handshake (REQ, REP, RTU), 300 pings each way with every ping's SEND, RDMA READ,
+/// SEND, RDMA WRITE and SEND, verified (the client's `-V`; our server checks every ping it
+/// reads), and the teardown (DREQ, DREP).
+#[test]
+fn rping_through_the_rdma_cm() {
+    interop::run(&Group {
+        name: "rping",
+        link_mtu: 1500,
+        faults: None,
+        capture_each: false,
+        via_switch: false,
+        scenarios: scenarios(&[(Rping, "-C 300 -V")]),
+    });
+}
+
 #[test]
 fn rdma_cm_handshakes_between_two_guests() {
     let Some(pcap) = interop::pair::record() else {

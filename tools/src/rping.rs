@@ -351,8 +351,8 @@ fn wait_disconnected(ctx: &Context, step: Duration) -> Result<(), ToolError> {
     }
 }
 
-/// Runs rping's server: takes one connection on `opts.port`, answers pings until the client
-/// disconnects (or `opts.count` pings, then disconnects itself).
+/// Runs rping's server: takes one connection on `opts.port` and answers pings until the client
+/// disconnects (as rping's server, it takes no count).
 pub fn server(ctx: &Context, opts: &Options, out: &mut dyn Write) -> Result<Report, ToolError> {
     opts.check()?;
     let step = opts.limits.step;
@@ -373,11 +373,6 @@ pub fn server(ctx: &Context, opts: &Options, out: &mut dyn Write) -> Result<Repo
     }
     let mut pings = 0;
     loop {
-        if opts.count != 0 && pings == opts.count {
-            id.disconnect()?;
-            wait_disconnected(ctx, step)?;
-            break;
-        }
         // The client's start buffer, or its disconnect.
         if !wait_recv_or_disconnect(ctx, &mut side, step)? {
             break;

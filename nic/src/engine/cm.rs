@@ -89,7 +89,9 @@ struct Conn {
     peer: SocketAddr,
     peer_mac: EthernetAddress,
     peer_qpn: u32,
+    /// The starting PSN the peer gave: what this side sends first.
     peer_psn: u32,
+    /// The starting PSN this side gave: what its receive queue expects first.
     my_psn: u32,
     path_mtu: Mtu,
     /// What the peer offered: its responder resources and initiator depth.
@@ -963,9 +965,11 @@ impl Engine {
             ..AddressVector::to(Gid::from_ip(conn.peer.ip()), sgid_index as u8)
         };
         let (peer_rr, _) = conn.peer_resources;
-        let mut rtr = QpAttr::rtr(av, conn.peer_qpn, conn.peer_psn, conn.path_mtu);
+        // A REQ's or REP's starting PSN is the one its sender's receive queue expects (as
+        // Linux's ib_cm reads it): each side sends from the PSN the other one gave.
+        let mut rtr = QpAttr::rtr(av, conn.peer_qpn, conn.my_psn, conn.path_mtu);
         rtr.max_dest_rd_atomic = Some(conn.param.responder_resources.min(MAX_RD_ATOMIC));
-        let mut rts = QpAttr::rts(conn.my_psn);
+        let mut rts = QpAttr::rts(conn.peer_psn);
         rts.timeout = Some(conn.local_ack_timeout.min(31));
         rts.retry_cnt = Some(conn.retry_count & 7);
         rts.rnr_retry = Some(conn.rnr_retry_count & 7);
