@@ -265,17 +265,14 @@ fn committed_captures_hold_real_rxe_frames_and_their_field_dumps() {
     }
 }
 
-/// Two guests, no NIC of ours: the RDMA CM's tools connect one rxe to the other through the
-/// kernels' CMs, every message of a handshake on the wire — REJ for an unused port, MRA from a
-/// server slow to accept, SIDR for a UD port — as `interop::pair::check` lists. With
-/// `ROCE_REGENERATE_CAPTURES=1` the capture replaces `captures/softroce/two-guests/`.
 /// rdma-core's rping both ways, connected by the guest kernel's RDMA CM and our NIC's CM
 /// agent: the handshake (REQ, REP, RTU), 300 pings each way with every ping's SEND, RDMA READ,
 /// SEND, RDMA WRITE and SEND, verified (the client's `-V`; our server checks every ping it
-/// reads), and the teardown (DREQ, DREP).
+/// reads), and the teardown (DREQ, DREP). With `ROCE_REGENERATE_CAPTURES=1` the CM MADs of the
+/// run replace `captures/softroce/rping/rping-rxe.pcap`.
 #[test]
 fn rping_through_the_rdma_cm() {
-    interop::run(&Group {
+    let captures = interop::run(&Group {
         name: "rping",
         link_mtu: 1500,
         faults: None,
@@ -283,8 +280,70 @@ fn rping_through_the_rdma_cm() {
         via_switch: false,
         scenarios: scenarios(&[(Rping, "-C 300 -V")]),
     });
+    if let (Some(nic), true) = (captures.first(), interop::captures::regenerate()) {
+        interop::pair::commit_handshakes(nic, RPING_CAPTURE);
+    }
 }
 
+/// Where the rping run's handshakes are committed.
+const RPING_CAPTURE: &str = "rping/rping-rxe.pcap";
+
+/// The committed rping handshakes (no guest needed): both connections, ours to the guest's
+/// rping server and the guest's rping client to ours, each REQ, REP, RTU, DREQ and DREP,
+/// every REQ with the RDMA CM header of its sender and receiver. (`--test tshark` compares
+/// every field with tshark's.)
+#[test]
+fn the_committed_rping_capture_holds_both_handshakes() {
+    use roce_wire::cm::Message;
+    use roce_wire::{cma, Ipv4Address};
+    let pcap = interop::captures::committed_dir().join(RPING_CAPTURE);
+    let mads = interop::pair::cm_mads(&pcap);
+    let (us, guest) = (
+        Ipv4Address::new(10, 77, 0, 1),
+        Ipv4Address::new(10, 77, 0, 2),
+    );
+    for (from, to) in [(us, guest), (guest, us)] {
+        let sent = |by: Ipv4Address, name: &str| {
+            mads.iter()
+                .filter(|m| m.from == by && m.cm.message.attribute_id().name() == name)
+                .count()
+        };
+        let accepted: Vec<_> = mads
+            .iter()
+            .filter_map(|m| match m.cm.message {
+                Message::Req(r) if m.from == from => Some(r),
+                _ => None,
+            })
+            .collect();
+        assert!(!accepted.is_empty(), "no REQ from {from}");
+        for req in &accepted {
+            let header = cma::Repr::parse(&cma::Packet::new_unchecked(
+                &req.private_data.as_bytes()[..cma::HEADER_LEN],
+            ))
+            .unwrap();
+            assert_eq!((header.src, header.dst), (from.into(), to.into()));
+        }
+        // The passive side's REP and the active side's RTU: one connection each way.
+        assert!(
+            sent(to, "REP") >= 1 && sent(from, "RTU") >= 1,
+            "{from}: {mads:?}"
+        );
+    }
+    for message in ["DREQ", "DREP"] {
+        assert!(
+            mads.iter()
+                .filter(|m| m.cm.message.attribute_id().name() == message)
+                .count()
+                >= 2,
+            "{message}"
+        );
+    }
+}
+
+/// Two guests, no NIC of ours: the RDMA CM's tools connect one rxe to the other through the
+/// kernels' CMs, every message of a handshake on the wire — REJ for an unused port, MRA from a
+/// server slow to accept, SIDR for a UD port — as `interop::pair::check` lists. With
+/// `ROCE_REGENERATE_CAPTURES=1` the capture replaces `captures/softroce/two-guests/`.
 #[test]
 fn rdma_cm_handshakes_between_two_guests() {
     let Some(pcap) = interop::pair::record() else {
