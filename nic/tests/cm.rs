@@ -17,7 +17,7 @@ use roce_nic::link::{mem, Link};
 use roce_nic::verbs::*;
 use roce_nic::waker::Waker;
 use roce_nic::Device;
-use roce_wire::cm::AttributeId;
+use roce_wire::cm::{AttributeId, Message};
 
 /// A short response timeout (16.8 ms: a MAD is sent again after 34 ms), so that the tests that
 /// lose MADs wait little.
@@ -25,14 +25,14 @@ const FAST_CM: u8 = 12;
 const WAIT: Option<Duration> = Some(Duration::from_secs(10));
 
 /// The CM message a frame carries, if it is one.
-fn cm_attribute(bytes: &[u8]) -> Option<AttributeId> {
+fn cm_message(bytes: &[u8]) -> Option<Message> {
     let frame = roce_wire::Frame::parse(bytes).ok()?;
     let mad = roce_wire::cm::parse_frame(&frame)?.ok()?;
-    Some(mad.message.attribute_id())
+    Some(mad.message)
 }
 
 /// What a tap decides about a frame a device sends.
-type Rule = Box<dyn FnMut(Option<AttributeId>) -> bool + Send>;
+type Rule = Box<dyn FnMut(Option<Message>) -> bool + Send>;
 
 /// A link that shows every CM MAD its device sends to a rule, which may drop it; and that can
 /// be cut (every frame either way lost), as when the host behind it vanishes.
@@ -44,7 +44,7 @@ struct Tap<L: Link> {
 
 impl<L: Link> Link for Tap<L> {
     fn send(&mut self, frame: FrameBuf) -> io::Result<()> {
-        let keep = (self.rule.lock().unwrap())(cm_attribute(&frame[..]));
+        let keep = (self.rule.lock().unwrap())(cm_message(&frame[..]));
         if self.cut.load(Ordering::SeqCst) || !keep {
             return Ok(());
         }
@@ -73,7 +73,7 @@ struct TapControl {
 }
 
 impl TapControl {
-    fn set(&self, rule: impl FnMut(Option<AttributeId>) -> bool + Send + 'static) {
+    fn set(&self, rule: impl FnMut(Option<Message>) -> bool + Send + 'static) {
         *self.rule.lock().unwrap() = Box::new(rule);
     }
 
@@ -81,8 +81,8 @@ impl TapControl {
     fn lose_first(&self, which: AttributeId, n: u32) -> Arc<AtomicU32> {
         let seen = Arc::new(AtomicU32::new(0));
         let count = Arc::clone(&seen);
-        self.set(move |attr| {
-            if attr != Some(which) {
+        self.set(move |message| {
+            if message.map(|m| m.attribute_id()) != Some(which) {
                 return true;
             }
             count.fetch_add(1, Ordering::SeqCst) >= n
@@ -93,6 +93,17 @@ impl TapControl {
     /// Counts the MADs of `which` this device sends.
     fn count(&self, which: AttributeId) -> Arc<AtomicU32> {
         self.lose_first(which, 0)
+    }
+
+    /// Keeps every CM message this device sends.
+    fn record(&self) -> Arc<Mutex<Vec<Message>>> {
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&sent);
+        self.set(move |message| {
+            log.lock().unwrap().extend(message);
+            true
+        });
+        sent
     }
 }
 
@@ -198,7 +209,26 @@ fn handshake(bench: &Bench) -> (CmId, CmId, CmId) {
 fn connect_accept_move_data_and_disconnect() {
     let bench = bench(FAST_CM);
     let (a, b) = (&bench.a, &bench.b);
+    let (sent_a, sent_b) = (bench.tap_a.record(), bench.tap_b.record());
     let (_listener, active, passive) = handshake(&bench);
+    // A REQ's or REP's starting PSN is what its sender's receive queue expects, as Linux's CM
+    // reads it: the active QP receives from the REQ's PSN and sends from the REP's.
+    let req = sent_b.lock().unwrap().iter().find_map(|m| match m {
+        Message::Req(r) => Some(*r),
+        _ => None,
+    });
+    let rep = sent_a.lock().unwrap().iter().find_map(|m| match m {
+        Message::Rep(r) => Some(*r),
+        _ => None,
+    });
+    let (req, rep) = (req.expect("a REQ"), rep.expect("a REP"));
+    let active_qp = b.qp.query().unwrap();
+    assert_eq!(active_qp.rq_psn, Some(req.starting_psn));
+    assert_eq!(active_qp.sq_psn, Some(rep.starting_psn));
+    assert_eq!(
+        (req.local_qpn, rep.local_qpn),
+        (b.qp.qp_num(), a.qp.qp_num())
+    );
     // The QPs were moved with each other's numbers and starting PSNs.
     for (me, peer) in [(a, b), (b, a)] {
         let attr = me.qp.query().unwrap();
