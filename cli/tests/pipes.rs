@@ -252,6 +252,13 @@ fn every_subcommand_ends_cleanly_when_its_reader_goes_away() {
         &["rping", "-s", "--nic", &a.name, "--timeout", "1"],
         nothing,
     );
+    covered.push("ucmatose");
+    both_readers(
+        &env,
+        "ucmatose",
+        &["ucmatose", "--nic", &a.name, "--timeout", "1"],
+        nothing,
+    );
     covered.push("perftest");
     both_readers(
         &env,

@@ -21,7 +21,7 @@ use std::collections::BTreeSet;
 
 use interop::guest::{GUEST_MAC, NIC_MAC};
 use interop::scenario::{Group, Kind, Scenario};
-use Kind::{Perftest, Pingpong, Rping};
+use Kind::{Perftest, Pingpong, Rping, Ucmatose};
 
 fn scenarios(list: &[(Kind, &str)]) -> Vec<Scenario> {
     list.iter()
@@ -268,8 +268,9 @@ fn committed_captures_hold_real_rxe_frames_and_their_field_dumps() {
 /// rdma-core's rping both ways, connected by the guest kernel's RDMA CM and our NIC's CM
 /// agent: the handshake (REQ, REP, RTU), 300 pings each way with every ping's SEND, RDMA READ,
 /// SEND, RDMA WRITE and SEND, verified (the client's `-V`; our server checks every ping it
-/// reads), and the teardown (DREQ, DREP). With `ROCE_REGENERATE_CAPTURES=1` the CM MADs of the
-/// run replace `captures/softroce/rping/rping-rxe.pcap`.
+/// reads), and the teardown (DREQ, DREP); then ucmatose both ways (100 messages of 1000 bytes
+/// each way, the server disconnecting). With `ROCE_REGENERATE_CAPTURES=1` the CM MADs of the
+/// run replace `captures/softroce/rdma-cm-tools/rping-ucmatose-rxe.pcap`.
 #[test]
 fn rping_through_the_rdma_cm() {
     let captures = interop::run(&Group {
@@ -278,22 +279,22 @@ fn rping_through_the_rdma_cm() {
         faults: None,
         capture_each: false,
         via_switch: false,
-        scenarios: scenarios(&[(Rping, "-C 300 -V")]),
+        scenarios: scenarios(&[(Rping, "-C 300 -V"), (Ucmatose, "-C 100 -S 1000")]),
     });
     if let (Some(nic), true) = (captures.first(), interop::captures::regenerate()) {
         interop::pair::commit_handshakes(nic, RPING_CAPTURE);
     }
 }
 
-/// Where the rping run's handshakes are committed.
-const RPING_CAPTURE: &str = "rping/rping-rxe.pcap";
+/// Where the rping and ucmatose runs' handshakes are committed.
+const RPING_CAPTURE: &str = "rdma-cm-tools/rping-ucmatose-rxe.pcap";
 
-/// The committed rping handshakes (no guest needed): both connections, ours to the guest's
-/// rping server and the guest's rping client to ours, each REQ, REP, RTU, DREQ and DREP,
+/// The committed rping and ucmatose handshakes (no guest needed): connections both ways, ours
+/// to the guest's servers and the guest's clients to ours, each REQ, REP, RTU, DREQ and DREP,
 /// every REQ with the RDMA CM header of its sender and receiver. (`--test tshark` compares
 /// every field with tshark's.)
 #[test]
-fn the_committed_rping_capture_holds_both_handshakes() {
+fn the_committed_rdma_cm_tools_capture_holds_handshakes_both_ways() {
     use roce_wire::cm::Message;
     use roce_wire::{cma, Ipv4Address};
     let pcap = interop::captures::committed_dir().join(RPING_CAPTURE);

@@ -19,6 +19,7 @@ pub mod oob;
 pub mod perftest;
 pub mod pingpong;
 pub mod rping;
+pub mod ucmatose;
 
 pub use error::ToolError;
 pub use oob::{Limits, Role};

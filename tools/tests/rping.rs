@@ -60,3 +60,43 @@ fn the_ping_pattern_is_rpings() {
     assert_eq!(&rping::ping_data(1, 16), b"rdma-ping-1: BC\0");
     assert_eq!(rping::ping_data(57, 18)[14..17], *b"zAB");
 }
+
+#[test]
+fn ucmatose_server_and_client_exchange_their_messages() {
+    use roce_tools::ucmatose;
+    let (la, lb) = mem::pair();
+    let (dev_a, dev_b) = devices(la, lb).unwrap();
+    let (a, b) = (dev_a.open().unwrap(), dev_b.open().unwrap());
+    let limits = Limits {
+        step: Duration::from_secs(10),
+        connect_retry: Duration::from_secs(10),
+    };
+    let opts = |addr| ucmatose::Options {
+        count: 20,
+        size: 1000,
+        limits,
+        ..ucmatose::Options::new(addr)
+    };
+    let (server, client) = std::thread::scope(|s| {
+        let server = s.spawn(|| {
+            let mut out = Vec::new();
+            let done = ucmatose::server(&a, &opts(rping::ANY), &mut out);
+            (done, String::from_utf8(out).unwrap())
+        });
+        let client = s.spawn(|| {
+            let mut out = Vec::new();
+            let done = ucmatose::client(&b, &opts(ip(1)), &mut out);
+            (done, String::from_utf8(out).unwrap())
+        });
+        (server.join().unwrap(), client.join().unwrap())
+    });
+    server.0.expect("server");
+    client.0.expect("client");
+    for out in [&server.1, &client.1] {
+        assert!(
+            out.contains("\nverified: 20 messages of 1000 bytes each way"),
+            "{out}"
+        );
+    }
+    assert!(server.1.contains("\ndisconnected\n"));
+}

@@ -12,6 +12,8 @@ pub enum Kind {
     Perftest(&'static str),
     /// `rping` against `roce rping`, connected through the RDMA CM.
     Rping,
+    /// `ucmatose` against `roce ucmatose`, connected through the RDMA CM.
+    Ucmatose,
 }
 
 #[derive(Debug, Clone)]
@@ -48,6 +50,7 @@ impl Scenario {
             Kind::Pingpong(name) => format!("ibv_{name}_pingpong"),
             Kind::Perftest(name) => format!("ib_{name}"),
             Kind::Rping => "rping".into(),
+            Kind::Ucmatose => "ucmatose".into(),
         }
     }
 
@@ -84,6 +87,17 @@ impl Scenario {
             // perftest wants -F in a VM: it cannot read a CPU frequency there.
             Kind::Perftest(_) => "-x 1 -F",
             Kind::Rping => return self.rping_guest_command(port),
+            Kind::Ucmatose => {
+                let tool = format!(
+                    "timeout {GUEST_TOOL_LIMIT_S} ucmatose -p {port} {}",
+                    self.args.join(" ")
+                );
+                return if self.guest_serves {
+                    tool
+                } else {
+                    format!("client {tool} -s {NIC_IP}")
+                };
+            }
         };
         let tool = format!(
             "timeout {GUEST_TOOL_LIMIT_S} {} {gid} -p {port} {}",
@@ -125,12 +139,15 @@ impl Scenario {
                 let role = if self.guest_serves { "-c" } else { "-s" };
                 vec!["rping".into(), role.into(), "-v".into()]
             }
+            Kind::Ucmatose => vec!["ucmatose".into()],
         };
         args.extend(["-p".into(), port.to_string()]);
         args.extend(self.args.iter().cloned());
         if self.guest_serves {
-            if self.kind == Kind::Rping {
-                args.push("-a".into());
+            match self.kind {
+                Kind::Rping => args.push("-a".into()),
+                Kind::Ucmatose => args.push("-s".into()),
+                _ => {}
             }
             args.push(super::guest::GUEST_IP.into());
         }
@@ -140,12 +157,12 @@ impl Scenario {
     /// RoCE frames of ours rxe may rightly never count: ibv_srq_pingpong stops with up to one
     /// message per QP still in flight, so the last ACKs (or SENDs) between the two sides can
     /// reach QPs that no longer exist, which rxe drops before counting.
-    /// rping's sides destroy their QPs as soon as the CM says disconnected, so an ACK or a
+    /// rping's and ucmatose's sides destroy their QPs as soon as the CM says disconnected, so an ACK or a
     /// repeated response of ours still on its way then (the guest, slow under emulation, may
     /// have asked twice) can reach a QP already gone: at most a couple per run.
     pub fn uncounted_frames_allowed(&self) -> u64 {
         match self.kind {
-            Kind::Rping => 2,
+            Kind::Rping | Kind::Ucmatose => 2,
             Kind::Pingpong("srq") => self
                 .args
                 .windows(2)
@@ -180,6 +197,8 @@ impl Scenario {
                 let who = if self.guest_serves { "server " } else { "" };
                 Some(format!("\n{who}ping data: rdma-ping-{}: ", count - 1))
             }
+            // The real one checks nothing it received: it completed, and said so.
+            Kind::Ucmatose => Some("\ndata transfers complete\n".into()),
             Kind::Perftest("read_lat" | "atomic_lat") if self.guest_serves => None,
             // `-a`: both sides end on the line of the largest size.
             Kind::Perftest(_) if self.args.iter().any(|a| a == "-a") => Some(" 8388608 ".into()),
@@ -225,7 +244,7 @@ client() {
   while :; do
     "$@" >/tmp/out 2>&1
     rc=$?
-    if [ $rc -ne 0 ] && grep -Eq "Couldn't connect|Unable to open file descriptor|Connection refused|RDMA_CM_EVENT_REJECTED" /tmp/out && [ $i -lt 240 ]; then
+    if [ $rc -ne 0 ] && grep -Eq "Couldn't connect|Unable to open file descriptor|Connection refused|RDMA_CM_EVENT_REJECTED|event: RDMA_CM_EVENT_REJECTED" /tmp/out && [ $i -lt 240 ]; then
       i=$((i + 1)); sleep 0.5; continue
     fi
     cat /tmp/out
