@@ -430,8 +430,9 @@ fn every_readme_block_runs_as_shown() {
     let memory = server.expect(|l| l.starts_with("memory "));
     assert_eq!(names.theirs(&memory), shown[1]);
     let pid = server.pid();
+    // The whole line: stderr may be read while the prompt is half written.
     eventually("the server's prompt", || {
-        server.stderr().contains("waiting for")
+        server.stderr().contains("help lists the commands)")
     });
     let waiting = server.stderr();
     assert!(alike(&shown[2], waiting.trim_end()), "{waiting}");
