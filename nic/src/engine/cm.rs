@@ -45,6 +45,9 @@ const LOCAL_ACK_TIMEOUT: u8 = 14;
 const TARGET_ACK_DELAY: u8 = 15;
 /// Most events kept for a host that does not ask for them.
 const MAX_QUEUED_EVENTS: usize = 1024;
+/// Most connections the agent tracks at once: a peer flooding REQs gets REJ (no resources)
+/// beyond, never the NIC's memory.
+pub const MAX_CONNECTIONS: usize = 4096;
 
 /// Where a connection is (IBTA 12.9's states, those a RoCE CM passes through).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -290,6 +293,13 @@ impl Engine {
             .ok_or(crate::qp::ModifyError::NoNeighbour(dst.ip()))?;
         if qp.state == QpState::Reset {
             self.cm_modify(qpn, QpAttr::init(all_access()))?;
+        }
+        if self.cm.conns.len() >= MAX_CONNECTIONS {
+            return Err(VerbsError::LimitReached {
+                what: "connections",
+                scope: "NIC",
+                limit: MAX_CONNECTIONS as u64,
+            });
         }
         let id = self.cm.new_id();
         let tid = self.cm.new_tid();
@@ -711,6 +721,10 @@ impl Engine {
         };
         if r.transport != cm::ServiceType::Rc {
             return refuse(self, rej::Reason::INVALID_TRANSPORT_TYPE);
+        }
+        if self.cm.conns.len() >= MAX_CONNECTIONS {
+            debug!("CM: too many connections: REJ, no resources");
+            return refuse(self, rej::Reason::NO_RESOURCES);
         }
         let header = cma::Packet::new_checked(&r.private_data.as_bytes()[..])
             .and_then(|p| cma::Repr::parse(&p));
