@@ -112,7 +112,7 @@ fn one_sided_operations_land_while_the_target_host_is_stopped() {
 #[test]
 fn the_same_over_veth_interfaces_in_a_namespace() {
     let env = Env::new("veth");
-    let Some(ns) = roce_nic::testbed::netns::Netns::create("stopveth") else {
+    let Some(ns) = roce_tests::netns::Netns::create("stopveth") else {
         return;
     };
     let (a, b) = veth_pair(&env, &ns, 62);

@@ -114,6 +114,7 @@ fn descriptors_that_are_not_shared_memory_are_refused() {
         unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
     assert!(fd >= 0);
     assert_eq!(
+        // SAFETY: `fd` is a valid memfd of ours.
         unsafe { libc::fcntl(fd, libc::F_ADD_SEALS, libc::F_SEAL_SHRINK) },
         0
     );

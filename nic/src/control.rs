@@ -174,6 +174,9 @@ pub struct DeviceInfo {
     pub max_qp_rd_atom: u8,
     /// Every limit of the device, in all and per host (`ibv_devinfo -v` shows the first).
     pub limits: crate::limits::Limits,
+    /// The port's P_Key table (`ibv_query_pkey`).
+    #[serde(with = "fields::pkey_table")]
+    pub pkeys: crate::pkey::PKeyTable,
 }
 
 /// Most GIDs a device description may list.

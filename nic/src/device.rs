@@ -41,6 +41,8 @@ pub struct DeviceConfig {
     pub resolve_timeout: Duration,
     /// Follow Soft-RoCE where it deviates from the IBTA spec.
     pub rxe_compat: bool,
+    /// The port's P_Key table (default: 0xffff, full member of the default partition).
+    pub pkeys: crate::pkey::PKeyTable,
     pub rings: RingMemory,
     /// What hosts may create, in all and per host.
     pub limits: crate::limits::Limits,
@@ -73,6 +75,7 @@ impl DeviceConfig {
             neighbours: Vec::new(),
             resolve_timeout: DEFAULT_RESOLVE_TIMEOUT,
             rxe_compat: false,
+            pkeys: crate::pkey::PKeyTable::default(),
             rings: RingMemory::Private,
             limits: crate::limits::Limits::default(),
             cm_response_timeout: crate::engine::CM_RESPONSE_TIMEOUT,
@@ -200,6 +203,7 @@ impl Device {
             gids: config.gids(),
             max_mtu,
             neighbours: config.neighbours.iter().copied().collect::<HashMap<_, _>>(),
+            pkeys: config.pkeys.clone(),
         };
         let engine = Engine::new(Setup {
             name: config.name.clone(),

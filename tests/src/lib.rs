@@ -1,7 +1,10 @@
 //! Helpers shared by the cross-crate test suites: where things are, how a test that needs an
 //! outside tool skips (never under CI), and the captures the project records itself.
 
+#![forbid(unsafe_code)]
+
 pub mod bundled;
+pub mod netns;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -237,8 +237,9 @@ impl Group {
 
 /// The guest script's helpers. `client` retries (at most 240 times, 0.5 s apart: longer than
 /// a scenario of ours may take, so that one failure does not make the next fail too) while the
-/// server is not listening yet (for rping: while the CM answers REJ); `scenario` frames a run's output for [`super::guest::Console`].
-const GUEST_PRELUDE: &str = r#"
+/// server is not listening yet (for rping and ucmatose: while the CM answers REJ); `scenario`
+/// frames a run's output for [`super::guest::Console`].
+pub const GUEST_PRELUDE: &str = r#"
 client() {
   i=0
   while :; do

@@ -1004,7 +1004,7 @@ impl Engine {
         let result = self.with_qp(qpn, |qp, ctx| {
             let (to, path) = qp.check_modify(&attr, &port)?;
             let from = qp.state;
-            qp.apply_modify(&attr, to, path, ctx);
+            qp.apply_modify(&attr, to, path, &port.pkeys, ctx);
             info!(qpn, %from, %to, "QP modified by the CM");
             Ok::<_, VerbsError>(())
         });

@@ -11,6 +11,7 @@ use super::limits::Object;
 use super::{Engine, RingMemory, GSI_QPN};
 use crate::control::{ClientId, DeviceInfo, Request, Response, RingMap};
 use crate::cq::{Cq, EventLine};
+use crate::pkey;
 use crate::qp::{ring_layout, Qp, MAX_RD_ATOMIC};
 use crate::ring::{Geometry, Ring};
 use crate::transport::{udp_src_port, Path};
@@ -40,6 +41,7 @@ impl Engine {
             max_cqe: self.limits.max_cqe as u32,
             max_qp_rd_atom: MAX_RD_ATOMIC,
             limits: self.limits,
+            pkeys: self.port.pkeys.clone(),
         }
     }
 
@@ -155,7 +157,7 @@ impl Engine {
                 let result = self.with_qp(qpn, |qp, ctx| {
                     let (to, path) = qp.check_modify(&attr, &port)?;
                     let from = qp.state;
-                    qp.apply_modify(&attr, to, path, ctx);
+                    qp.apply_modify(&attr, to, path, &port.pkeys, ctx);
                     info!(qpn, %from, %to, "QP modified");
                     Ok::<_, VerbsError>(())
                 });
@@ -350,6 +352,7 @@ impl Engine {
             sq_sig_all,
         )?;
         qp.rxe_compat = self.rxe_compat;
+        qp.p_key = self.port.pkeys.get(0).unwrap_or(pkey::DEFAULT);
         if qp_type == QpType::Ud {
             qp.attrs.path_mtu = self.port.max_mtu;
         }
@@ -361,6 +364,7 @@ impl Engine {
         if qpn == GSI_QPN {
             // The GSI is ready at once, with the well-known Q_Key.
             let attr = QpAttr::init_ud(deth::GSI_Q_KEY);
+            let pkeys = self.port.pkeys.clone();
             let (_, mut ctx) = self.split(std::time::Instant::now());
             for (state, a) in [
                 (QpState::Init, attr),
@@ -380,7 +384,7 @@ impl Engine {
                     },
                 ),
             ] {
-                qp.apply_modify(&a, state, None, &mut ctx);
+                qp.apply_modify(&a, state, None, &pkeys, &mut ctx);
             }
         }
         self.qps.insert(qp);

@@ -11,6 +11,7 @@ use tracing::{debug, trace, trace_span};
 use super::{Engine, GSI_QPN};
 use crate::buf::FrameBuf;
 use crate::counters;
+use crate::pkey;
 use crate::port;
 use crate::transport::{completer, responder, Ctx};
 use crate::verbs::types::QpType;
@@ -69,13 +70,9 @@ impl Engine {
             self.learn(ip, ethernet.src);
         }
         let c = &self.counters;
-        if bth.p_key != roce_wire::bth::DEFAULT_P_KEY || bth.tver != 0 {
-            counters::bump(&c.rx_bad_pkey);
-            debug!(
-                p_key = bth.p_key,
-                tver = bth.tver,
-                "P_Key or TVer not accepted"
-            );
+        if bth.tver != 0 {
+            counters::bump(&c.rx_bad_tver);
+            debug!(tver = bth.tver, "transport version not 0: dropped");
             return;
         }
         let transport = bth.opcode.transport();
@@ -110,6 +107,21 @@ impl Engine {
         if !fits {
             counters::bump(&c.rx_wrong_transport);
             debug!(qp_type = %qp.qp_type, "opcode of another transport: dropped");
+            return;
+        }
+        let partition = if qpn == GSI_QPN {
+            self.port.pkeys.check_any(bth.p_key)
+        } else {
+            pkey::check(bth.p_key, qp.p_key)
+        };
+        if let Err(reason) = partition {
+            counters::bump(&c.rx_bad_pkey);
+            debug!(
+                p_key = format_args!("{:#06x}", bth.p_key),
+                qp_p_key = format_args!("{:#06x}", qp.p_key),
+                %reason,
+                "P_Key does not match: dropped"
+            );
             return;
         }
         let mut ctx = Ctx {

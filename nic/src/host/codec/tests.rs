@@ -228,6 +228,7 @@ fn device_info() -> DeviceInfo {
             host_max_contexts: 3,
             ..Limits::default()
         },
+        pkeys: "0x7fff,0x8001".parse().unwrap(),
     }
 }
 
@@ -888,7 +889,7 @@ fn the_encoding_is_pinned_to_the_protocol_version() {
     }
     assert_eq!(
         (PROTOCOL_VERSION, hash),
-        (4, 0x7e3d_ec7a_9ac6_a3e1),
+        (5, 0x2984_bf49_dce2_3edb),
         "the control messages' encoding changed: give messages::PROTOCOL_VERSION a new number, \
          and pin it here with the new hash ({hash:#018x})"
     );
