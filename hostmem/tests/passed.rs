@@ -143,7 +143,7 @@ fn an_unsealed_file_must_belong_to_the_peer_and_be_writable_by_nobody_else() {
 #[test]
 fn attach_refuses_a_name_another_user_planted() {
     if me() != 0 {
-        eprintln!("SKIPPED: planting a file as another user needs root");
+        roce_testkit::skip("planting a file as another user needs root");
         return;
     }
     let name = unique("planted");

@@ -208,13 +208,24 @@ fn a_stopped_nic_fails_the_next_verb_instead_of_hanging() {
         a: (device, server),
         b: other_nic,
     } = nics;
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
     let waiter = std::thread::spawn(move || {
+        tid_tx
+            .send(rustix::thread::gettid().as_raw_nonzero())
+            .unwrap();
         let mut wc = [Wc::default()];
         let started = Instant::now();
         let result = a.cq.try_wait(&mut wc, Some(Duration::from_secs(30)));
         (a, result, started.elapsed())
     });
-    std::thread::sleep(Duration::from_millis(50));
+    // The NIC stops while the waiter is asleep in its wait (not before it begins waiting,
+    // which would test only the refusal of a new verb).
+    let tid = tid_rx.recv().unwrap();
+    let stat = format!("/proc/self/task/{tid}/stat");
+    roce_testkit::eventually("the waiter asleep in its wait", || {
+        std::fs::read_to_string(&stat)
+            .is_ok_and(|s| s[s.rfind(')').unwrap() + 2..].starts_with('S'))
+    });
     device.stop();
     server.stop();
     let (a, result, waited) = waiter.join().unwrap();
