@@ -246,6 +246,20 @@ fn every_subcommand_ends_cleanly_when_its_reader_goes_away() {
         &["pingpong", "rc", "--nic", &a.name, "--timeout", "1"],
         nothing,
     );
+    covered.push("rping");
+    both_readers(
+        &env,
+        "rping",
+        &["rping", "-s", "--nic", &a.name, "--timeout", "1"],
+        nothing,
+    );
+    covered.push("ucmatose");
+    both_readers(
+        &env,
+        "ucmatose",
+        &["ucmatose", "--nic", &a.name, "--timeout", "1"],
+        nothing,
+    );
     covered.push("perftest");
     both_readers(
         &env,

@@ -21,7 +21,7 @@ use std::collections::BTreeSet;
 
 use interop::guest::{GUEST_MAC, NIC_MAC};
 use interop::scenario::{Group, Kind, Scenario};
-use Kind::{Perftest, Pingpong};
+use Kind::{Perftest, Pingpong, Rping, Ucmatose};
 
 fn scenarios(list: &[(Kind, &str)]) -> Vec<Scenario> {
     list.iter()
@@ -261,6 +261,82 @@ fn committed_captures_hold_real_rxe_frames_and_their_field_dumps() {
             wire.sent_by_us() + wire.sent_by_guest(),
             "{}: one row per RoCE frame",
             pcap.display()
+        );
+    }
+}
+
+/// rdma-core's rping both ways, connected by the guest kernel's RDMA CM and our NIC's CM
+/// agent: the handshake (REQ, REP, RTU), 300 pings each way with every ping's SEND, RDMA READ,
+/// SEND, RDMA WRITE and SEND, verified (the client's `-V`; our server checks every ping it
+/// reads), and the teardown (DREQ, DREP); then ucmatose both ways (100 messages of 1000 bytes
+/// each way, the server disconnecting). With `ROCE_REGENERATE_CAPTURES=1` the CM MADs of the
+/// run replace `captures/softroce/rdma-cm-tools/rping-ucmatose-rxe.pcap`.
+#[test]
+fn rping_through_the_rdma_cm() {
+    let captures = interop::run(&Group {
+        name: "rping",
+        link_mtu: 1500,
+        faults: None,
+        capture_each: false,
+        via_switch: false,
+        scenarios: scenarios(&[(Rping, "-C 300 -V"), (Ucmatose, "-C 100 -S 1000")]),
+    });
+    if let (Some(nic), true) = (captures.first(), interop::captures::regenerate()) {
+        interop::pair::commit_handshakes(nic, RPING_CAPTURE);
+    }
+}
+
+/// Where the rping and ucmatose runs' handshakes are committed.
+const RPING_CAPTURE: &str = "rdma-cm-tools/rping-ucmatose-rxe.pcap";
+
+/// The committed rping and ucmatose handshakes (no guest needed): connections both ways, ours
+/// to the guest's servers and the guest's clients to ours, each REQ, REP, RTU, DREQ and DREP,
+/// every REQ with the RDMA CM header of its sender and receiver. (`--test tshark` compares
+/// every field with tshark's.)
+#[test]
+fn the_committed_rdma_cm_tools_capture_holds_handshakes_both_ways() {
+    use roce_wire::cm::Message;
+    use roce_wire::{cma, Ipv4Address};
+    let pcap = interop::captures::committed_dir().join(RPING_CAPTURE);
+    let mads = interop::pair::cm_mads(&pcap);
+    let (us, guest) = (
+        Ipv4Address::new(10, 77, 0, 1),
+        Ipv4Address::new(10, 77, 0, 2),
+    );
+    for (from, to) in [(us, guest), (guest, us)] {
+        let sent = |by: Ipv4Address, name: &str| {
+            mads.iter()
+                .filter(|m| m.from == by && m.cm.message.attribute_id().name() == name)
+                .count()
+        };
+        let accepted: Vec<_> = mads
+            .iter()
+            .filter_map(|m| match m.cm.message {
+                Message::Req(r) if m.from == from => Some(r),
+                _ => None,
+            })
+            .collect();
+        assert!(!accepted.is_empty(), "no REQ from {from}");
+        for req in &accepted {
+            let header = cma::Repr::parse(&cma::Packet::new_unchecked(
+                &req.private_data.as_bytes()[..cma::HEADER_LEN],
+            ))
+            .unwrap();
+            assert_eq!((header.src, header.dst), (from.into(), to.into()));
+        }
+        // The passive side's REP and the active side's RTU: one connection each way.
+        assert!(
+            sent(to, "REP") >= 1 && sent(from, "RTU") >= 1,
+            "{from}: {mads:?}"
+        );
+    }
+    for message in ["DREQ", "DREP"] {
+        assert!(
+            mads.iter()
+                .filter(|m| m.cm.message.attribute_id().name() == message)
+                .count()
+                >= 2,
+            "{message}"
         );
     }
 }

@@ -46,6 +46,10 @@ pub struct DeviceConfig {
     pub rings: RingMemory,
     /// What hosts may create, in all and per host.
     pub limits: crate::limits::Limits,
+    /// The CM's response timeout code (4.096 µs × 2^code): how long the peer is told we may
+    /// take, and half the time a REQ, REP or DREQ waits before it is sent again. The RDMA CM's
+    /// 20 (4.3 s) by default; tests that lose MADs on purpose use less.
+    pub cm_response_timeout: u8,
 }
 
 impl DeviceConfig {
@@ -74,6 +78,7 @@ impl DeviceConfig {
             pkeys: crate::pkey::PKeyTable::default(),
             rings: RingMemory::Private,
             limits: crate::limits::Limits::default(),
+            cm_response_timeout: crate::engine::CM_RESPONSE_TIMEOUT,
         }
     }
 
@@ -216,6 +221,7 @@ impl Device {
             rings: config.rings.clone(),
             rxe_compat: config.rxe_compat,
             limits: config.limits,
+            cm_response_timeout: config.cm_response_timeout,
         })?;
         let thread = std::thread::Builder::new()
             .name(format!("{}-engine", config.name))

@@ -16,6 +16,7 @@
 
 pub mod bench;
 pub mod buf;
+pub mod cm;
 pub mod control;
 pub mod counters;
 pub mod cq;

@@ -355,3 +355,61 @@ fn tcp_streams_of_the_port_reach_hosts_in_other_processes_as_descriptors() {
         "{refused:?}"
     );
 }
+
+#[test]
+fn the_rdma_cm_connects_hosts_of_nics_behind_sockets() {
+    use roce_nic::cm::{CmEventKind, ConnParam};
+    let dir = Dir::new("cm");
+    let nics = nics(&dir.0, "cm");
+    let a = host(connect(&nics.a), &nic_name("cm", 'x'));
+    let b = host(connect(&nics.b), &nic_name("cm", 'y'));
+    let wait = Some(Duration::from_secs(10));
+    let listener = a.ctx.cm_listen("0.0.0.0:7174".parse().unwrap()).unwrap();
+    // No event yet: the wait times out as asked.
+    let quiet = a.ctx.cm_event(Some(Duration::from_millis(1)));
+    assert!(quiet.is_err_and(|e| e.to_string().contains("no CM event")));
+    let param = |data: &[u8]| ConnParam {
+        private_data: data.to_vec(),
+        ..ConnParam::default()
+    };
+    let active = b
+        .ctx
+        .cm_connect(&b.qp, (ip(1), 7174).into(), &param(b"ping"))
+        .unwrap();
+    let request = a.ctx.cm_event(wait).unwrap();
+    assert_eq!(request.kind, CmEventKind::ConnectRequest);
+    assert_eq!(request.listen_id, Some(listener.id()));
+    assert_eq!(&request.private_data[..4], b"ping");
+    let passive = a.ctx.cm_request_id(&request);
+    passive.accept(&a.qp, &param(b"pong")).unwrap();
+    let established = b.ctx.cm_event(wait).unwrap();
+    assert_eq!(established.kind, CmEventKind::Established);
+    assert_eq!(&established.private_data[..4], b"pong");
+    assert_eq!(a.ctx.cm_event(wait).unwrap().kind, CmEventKind::Established);
+
+    a.region.write(0, b"over the CM").unwrap();
+    post(
+        &a,
+        1,
+        SendOp::RdmaWrite {
+            remote_addr: b.mr.va + 64,
+            rkey: b.mr.rkey,
+        },
+        a.mr.sge(0, 11),
+    );
+    assert_eq!(completion(&a).status, WcStatus::Success);
+    let mut landed = [0u8; 11];
+    b.region.read(64, &mut landed).unwrap();
+    assert_eq!(&landed, b"over the CM");
+
+    passive.disconnect().unwrap();
+    assert_eq!(
+        b.ctx.cm_event(wait).unwrap().kind,
+        CmEventKind::Disconnected
+    );
+    assert_eq!(
+        a.ctx.cm_event(wait).unwrap().kind,
+        CmEventKind::Disconnected
+    );
+    drop(active);
+}

@@ -20,6 +20,8 @@ mod memory;
 pub mod oob;
 pub mod perftest;
 pub mod pingpong;
+pub mod rping;
+pub mod ucmatose;
 
 pub use error::ToolError;
 pub use oob::{Limits, Role};

@@ -227,6 +227,16 @@ impl Engine {
                 self.forget_client(client);
                 Ok(Response::Done)
             }
+            Request::CmListen { addr } => self.cm_listen(client, addr),
+            Request::CmConnect { qpn, dst, param } => self.cm_connect(client, qpn, dst, param),
+            Request::CmAccept { id, qpn, param } => self.cm_accept(client, id, qpn, param),
+            Request::CmReject { id, private_data } => self.cm_reject(client, id, &private_data),
+            Request::CmDisconnect { id } => self.cm_disconnect(client, id),
+            Request::CmDestroyId { id } => self.cm_destroy(client, id),
+            // `Engine::serve` answers these when an event comes.
+            Request::CmGetEvent { .. } => Err(VerbsError::Invalid(
+                "a CM event wait is answered by the CM agent".into(),
+            )),
         }
     }
 
@@ -244,7 +254,7 @@ impl Engine {
             .ok_or(none("completion queue", cq))
     }
 
-    fn qp(&self, client: ClientId, qpn: u32) -> Result<&Qp, VerbsError> {
+    pub(super) fn qp(&self, client: ClientId, qpn: u32) -> Result<&Qp, VerbsError> {
         self.qps
             .get(qpn)
             .filter(|q| q.owner == client)
@@ -404,6 +414,8 @@ impl Engine {
     /// Destroys every object of a host program that went away.
     fn forget_client(&mut self, client: ClientId) {
         self.client_hosts.remove(&client);
+        // Connections first: their QPs still exist to be moved to the error state.
+        self.cm_forget_client(client);
         self.forget_neighbour_waits(client);
         self.ip_stack.forget_client(client);
         let qpns: Vec<u32> = self

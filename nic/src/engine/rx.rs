@@ -82,6 +82,19 @@ impl Engine {
             return;
         }
         let qpn = bth.dest_qp;
+        if qpn == GSI_QPN {
+            // CM MADs are the agent's; any other datagram to QP1 is for the host holding it.
+            if let (Some(Ok(mad)), Some(ethernet), Some(src), Some(dst)) = (
+                roce_wire::cm::parse_frame(&frame),
+                frame.repr.ethernet,
+                sender,
+                receiver(&frame.repr.network),
+            ) {
+                self.cm_receive(mad, src, dst, ethernet.src);
+                return;
+            }
+        }
+        let c = &self.counters;
         let Some(qp) = self.qps.get_mut(qpn) else {
             counters::bump(&c.rx_unknown_qp);
             debug!("no such QP: dropped");
@@ -156,11 +169,15 @@ impl Engine {
         if frame.repr.ethernet.is_some_and(|e| e.dst != self.port.mac) {
             return false;
         }
-        let dst: IpAddr = match frame.repr.network {
-            NetworkRepr::Ipv4 { dst, .. } => dst.into(),
-            NetworkRepr::Ipv6 { dst, .. } => dst.into(),
-            NetworkRepr::Grh { .. } => return false,
-        };
-        self.local_ips.contains(&dst)
+        receiver(&frame.repr.network).is_some_and(|dst| self.local_ips.contains(&dst))
+    }
+}
+
+/// The IP address a frame is sent to (none for a bare GRH).
+fn receiver(network: &NetworkRepr) -> Option<IpAddr> {
+    match *network {
+        NetworkRepr::Ipv4 { dst, .. } => Some(dst.into()),
+        NetworkRepr::Ipv6 { dst, .. } => Some(dst.into()),
+        NetworkRepr::Grh { .. } => None,
     }
 }
