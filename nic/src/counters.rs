@@ -51,6 +51,7 @@ counters! {
     rx_not_for_us: "RoCE packets for another MAC or IP address",
     rx_unknown_qp: "RoCE packets for a QP that does not exist",
     rx_wrong_transport: "packets whose opcode does not fit the QP's transport",
+    rx_wrong_address: "RC/UC packets dropped for coming from or going to an address other than the connected QP's",
     rx_bad_state: "packets dropped because the QP's state does not accept them",
     rx_bad_tver: "packets dropped for a transport version (BTH TVer) other than 0",
     rx_bad_pkey: "packets dropped because their P_Key does not match the QP's (another partition, or both limited members)",

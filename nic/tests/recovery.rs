@@ -134,29 +134,57 @@ fn a_lost_packet_brings_one_sequence_nak_and_a_go_back() {
 }
 
 #[test]
-fn lost_acks_are_recovered_by_a_tail_probe_before_the_timer() {
-    // Timeout 20 ≈ 4.3 s: probes come every few round trips (100 ms at most, backing off), so
-    // only probes that failed for seconds would leave the recovery to the timer — however
-    // loaded the machine.
+fn a_lost_ack_is_recovered_by_a_tail_probe_before_the_timer() {
+    // Timeout 20 ≈ 4.3 s: the probe comes after a quarter of it (1.07 s), and only an answer
+    // that took seconds would leave the recovery to the timer — however loaded the machine.
     let (p, script) = scripted_pair(|attr| {
         if attr.timeout.is_some() {
             attr.timeout = Some(20);
         }
     });
-    *script.b.lock().unwrap() = drop_first(Kind::Acknowledge, None, 2);
+    *script.b.lock().unwrap() = drop_first(Kind::Acknowledge, None, 1);
     write(&p, 1, 3000, 0);
     ok(&p.a, 1);
     assert_eq!(p.b.read(0, 3000), pattern(3000, 1));
     let (a, b) = (p.dev_a.counters(), p.dev_b.counters());
-    assert!(a.tail_probes >= 2, "{a:?}");
+    assert_eq!(a.tail_probes, 1, "{a:?}");
     assert_eq!(
         a.retransmit_timeouts, 0,
         "the probe answered before the 4.3 s timer"
     );
-    assert!(
-        b.rx_duplicates >= 2,
-        "the probes are duplicates, acknowledged again: {b:?}"
+    assert_eq!(
+        b.rx_duplicates, 1,
+        "the probe is a duplicate, acknowledged again: {b:?}"
     );
+}
+
+#[test]
+fn a_lost_probe_answer_waits_for_the_timer() {
+    // The probe is the first retry brought forward, not one more: when its answer is lost too,
+    // the next copy comes from the timer (timeout 18 ≈ 1.07 s, the probe after 268 ms), not
+    // from another probe; the go-back's answer has a second to come, however loaded the machine.
+    let (p, script) = scripted_pair(|attr| {
+        if attr.timeout.is_some() {
+            attr.timeout = Some(18);
+        }
+    });
+    *script.b.lock().unwrap() = drop_first(Kind::Acknowledge, None, 2);
+    write(&p, 1, 3000, 0);
+    ok(&p.a, 1);
+    let (a, b) = (p.dev_a.counters(), p.dev_b.counters());
+    assert_eq!((a.tail_probes, a.retransmit_timeouts), (1, 1), "{a:?}");
+    assert_eq!(
+        a.retransmitted_packets, 3,
+        "the timer goes back to the oldest unacknowledged packet, the first: {a:?}"
+    );
+    // The last copies may still be on their way: b sees the probe and the go-back's three.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut b = b;
+    while b.rx_duplicates < 4 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+        b = p.dev_b.counters();
+    }
+    assert_eq!(b.rx_duplicates, 1 + 3, "the probe and the go-back: {b:?}");
 }
 
 #[test]
@@ -202,12 +230,18 @@ fn retries_run_out_into_transport_retry_exceeded() {
     assert_eq!((wc.wr_id, wc.status), (1, WcStatus::RetryExcErr));
     assert_eq!(p.a.qp.query().unwrap().qp_state, Some(QpState::Err));
     let a = p.dev_a.counters();
+    // Three retries, each a copy: the first a tail probe (brought forward), the others after a
+    // timeout; the last timeout finds none left.
     assert_eq!(
-        a.retransmit_timeouts, 4,
-        "the first try and three retries: {a:?}"
+        (a.tail_probes, a.retransmit_timeouts),
+        (1, 3),
+        "a probe, then timeouts: {a:?}"
     );
-    // 4 × 4.096 µs × 2^10 ≈ 17 ms at least.
-    assert!(started.elapsed() >= Duration::from_millis(16));
+    roce_testkit::eventually("b answers each of the four copies", || {
+        script.dropped_b.load(Ordering::Relaxed) == 4
+    });
+    // The probe, then 3 × 4.096 µs × 2^10 ≈ 12.6 ms at least.
+    assert!(started.elapsed() >= Duration::from_millis(12));
 }
 
 fn send(p: &Pair, wr_id: u64, len: usize) {

@@ -1,5 +1,5 @@
 //! A full scenario recorded by the NIC's own pcap tee: every verb over RC (single- and
-//! multi-packet, with immediates and invalidate, READ, atomics, an RNR NAK, a remote access
+//! multi-packet, with immediates and invalidate (refused), READ, atomics, an RNR NAK, a remote access
 //! error), UC and UD. Every frame must decode with a valid ICRC (ours, and scapy's), tshark must
 //! see the same opcodes, every expected opcode must appear, and the recording must equal
 //! `captures/all-verbs.pcap` frame for frame — where the tshark conformance test checks it field
@@ -68,24 +68,11 @@ fn rc_scenario(sink: &PcapSink) {
         .unwrap();
     }
     assert!(done(a).is_success());
-    for (i, op) in [
-        SendOp::Send,
-        SendOp::SendWithImm { imm: 0x1234 },
-        SendOp::SendWithInv { rkey: 0 },
-    ]
-    .into_iter()
-    .enumerate()
+    // Multi-packet: FIRST, MIDDLE, LAST…
+    for (i, op) in [SendOp::Send, SendOp::SendWithImm { imm: 0x1234 }]
+        .into_iter()
+        .enumerate()
     {
-        // Multi-packet (FIRST, MIDDLE, LAST…) once the invalidate names a real key.
-        let op = match op {
-            SendOp::SendWithInv { .. } => {
-                let extra = b.pd.register(&b.region, 0, 4096, all_access()).unwrap();
-                let k = extra.rkey;
-                std::mem::forget(extra);
-                SendOp::SendWithInv { rkey: k }
-            }
-            op => op,
-        };
         post(a, 10 + i as u64, op, a.mr.sge(0, 600));
         assert!(done(a).is_success());
     }
@@ -187,6 +174,34 @@ fn rc_scenario(sink: &PcapSink) {
         a.mr.sge(0, 8),
     );
     assert_eq!(done(a).status, WcStatus::RemAccessErr);
+    send_with_invalidate_scenario(sink);
+}
+
+/// SEND with Invalidate over QPs of their own (its refusal ends them): FIRST, MIDDLE,
+/// LAST_WITH_INVALIDATE, and the invalid-request NAK, as no plain registration may be
+/// invalidated by a peer.
+fn send_with_invalidate_scenario(sink: &PcapSink) {
+    let (la, lb) = mem::pair();
+    let p = pair_over(
+        PcapTee::new(la, sink.clone(), false),
+        PcapTee::new(lb, sink.clone(), false),
+        QpType::Rc,
+        Mtu::M256,
+        1 << 16,
+        |_| {},
+        |_| {},
+    )
+    .unwrap();
+    p.b.qp
+        .post_recv(&[RecvWr {
+            wr_id: 1,
+            sg_list: &[p.b.mr.sge(8192, 1024)],
+        }])
+        .unwrap();
+    let rkey = p.b.mr.rkey;
+    post(&p.a, 50, SendOp::SendWithInv { rkey }, p.a.mr.sge(0, 600));
+    assert_eq!(done(&p.a).status, WcStatus::RemInvReqErr);
+    assert_eq!(done(&p.b).status, WcStatus::RemInvReqErr);
 }
 
 fn uc_scenario(sink: &PcapSink) {

@@ -410,10 +410,14 @@ fn work(qp: &mut Qp, ctx: &mut Ctx<'_>, ah_pds: &HashMap<u32, PdId>) -> bool {
         if qp.state == QpState::Rts {
             busy |= requester::run(qp, ctx, TX_BUDGET) > 0;
             // Unacknowledged packets: watch for the line going quiet.
-            if qp.qp_type == QpType::Rc && qp.send.una != qp.send.high && qp.send.probe_at.is_none()
+            let send = &qp.send;
+            if qp.qp_type == QpType::Rc
+                && send.una != send.high
+                && send.probe_at.is_none()
+                && !send.probe_spent
             {
-                qp.send.probe_at =
-                    Some(ctx.now + requester::probe_interval(&qp.send, qp.attrs.timeout));
+                qp.send.probe_at = requester::probe_interval(send, qp.attrs.timeout)
+                    .map(|interval| ctx.now + interval);
             }
         }
         // A request that failed before anything was sent completes once it is the head.

@@ -13,7 +13,7 @@ use crate::buf::FrameBuf;
 use crate::counters;
 use crate::pkey;
 use crate::port;
-use crate::transport::{completer, responder, Ctx};
+use crate::transport::{completer, ip_addresses, responder, Ctx};
 use crate::verbs::types::QpType;
 
 impl Engine {
@@ -108,6 +108,17 @@ impl Engine {
             counters::bump(&c.rx_wrong_transport);
             debug!(qp_type = %qp.qp_type, "opcode of another transport: dropped");
             return;
+        }
+        if let Some(path) = qp.path.filter(|_| qp.qp_type != QpType::Ud) {
+            if !path.is_reverse_of(&frame.repr.network) {
+                counters::bump(&c.rx_wrong_address);
+                debug!(
+                    packet = ?ip_addresses(&frame.repr.network),
+                    connected = ?ip_addresses(&path.network),
+                    "packet from or to an address the QP is not connected to: dropped"
+                );
+                return;
+            }
         }
         let partition = if qpn == GSI_QPN {
             self.port.pkeys.check_any(bth.p_key)

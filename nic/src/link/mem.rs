@@ -75,7 +75,16 @@ impl Link for MemLink {
     }
 
     fn recv(&mut self) -> io::Result<Option<FrameBuf>> {
-        Ok(self.rx.try_recv().ok())
+        let frame = self.rx.try_recv().ok();
+        // The other end holds new packets back while this direction is full (`can_send`) and
+        // may fall asleep doing so; a responder streaming READ responses hears nothing from us
+        // that would wake it. So the frame whose taking gives it room again wakes it.
+        if frame.is_some() && self.rx.len() + HEADROOM + 1 == QUEUE_DEPTH {
+            if let Some(peer) = self.peer.get() {
+                peer.wake();
+            }
+        }
+        Ok(frame)
     }
 
     fn attach(&mut self, _pool: &Arc<BufPool>, waker: &Arc<Waker>) {
@@ -84,5 +93,43 @@ impl Link for MemLink {
 
     fn describe(&self) -> String {
         format!("in-process cable (end {})", self.name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::{AsFd, AsRawFd};
+
+    use super::*;
+    use crate::waker::SharedWord;
+
+    /// Whether `waker` was signalled (its eventfd is readable).
+    fn signalled(waker: &Waker) -> bool {
+        let mut pollfd = libc::pollfd {
+            fd: waker.as_fd().as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, no wait.
+        unsafe { libc::poll(&mut pollfd, 1, 0) == 1 }
+    }
+
+    #[test]
+    fn taking_a_frame_from_a_full_direction_wakes_the_sender() {
+        let (mut a, mut b) = pair();
+        let pool = BufPool::new(4);
+        let wake_a = Waker::new(SharedWord::private()).unwrap();
+        let wake_b = Waker::new(SharedWord::private()).unwrap();
+        a.attach(&pool, &wake_a);
+        b.attach(&pool, &wake_b);
+        while a.can_send() {
+            a.send(pool.take()).unwrap();
+        }
+        // a holds back its next packets and falls asleep; b takes one frame.
+        wake_a.prepare_sleep();
+        assert!(!signalled(&wake_a));
+        assert!(b.recv().unwrap().is_some());
+        assert!(a.can_send());
+        assert!(signalled(&wake_a), "a has room again and must hear of it");
     }
 }

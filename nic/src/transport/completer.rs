@@ -276,13 +276,15 @@ fn on_atomic_ack(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, original: u64) {
 /// The retransmission timer, the RNR wait and the tail probe.
 pub fn on_timers(qp: &mut Qp, ctx: &mut Ctx<'_>) {
     if qp.send.probe_at.is_some_and(|at| ctx.now >= at) {
+        qp.send.probe_at = None;
         if qp.send.una != qp.send.high && qp.send.rnr_wait.is_none() {
-            super::requester::probe(qp, ctx);
-            qp.send.probe_backoff += 1;
-            qp.send.probe_at =
-                Some(ctx.now + super::requester::probe_interval(&qp.send, qp.attrs.timeout));
-        } else {
-            qp.send.probe_at = None;
+            // The probe is the first retry, taken early: it uses the budget, and the timer
+            // starts over from it.
+            qp.send.probe_spent = true;
+            if use_retry(qp) {
+                super::requester::probe(qp, ctx);
+                qp.send.timer = retransmit_timeout(qp.attrs.timeout).map(|t| ctx.now + t);
+            }
         }
     }
     if let Some((at, p)) = qp.send.rnr_wait {
@@ -328,7 +330,9 @@ pub fn on_timers(qp: &mut Qp, ctx: &mut Ctx<'_>) {
     if qp.sq.rewind_to(from) {
         qp.send.recovering = Some(from);
     }
+    // The go-back asks for an answer itself; a probe after it would only be another copy.
     qp.send.probe_at = None;
+    qp.send.probe_spent = true;
     qp.send.timer = retransmit_timeout(qp.attrs.timeout).map(|t| ctx.now + t);
 }
 
@@ -340,7 +344,7 @@ fn peer_progress(qp: &mut Qp, received_before: u32, now: Instant) {
         qp.send.peer_high = received_before;
         qp.send.retry_left = qp.attrs.retry_cnt;
         qp.send.probe_at = None;
-        qp.send.probe_backoff = 0;
+        qp.send.probe_spent = false;
     }
     if let Some((p, sent)) = qp.send.rtt_sample {
         if psn::before(p, received_before) {

@@ -73,6 +73,17 @@ impl Path {
         })
     }
 
+    /// Whether a packet with the network headers `incoming` travels this path backwards: from
+    /// the peer's address to ours. A connected QP accepts packets only from the address it was
+    /// connected to, as Soft-RoCE checks every packet against its QP (`check_addr`); the UDP
+    /// source port, the MAC and the traffic class are not part of that.
+    pub fn is_reverse_of(&self, incoming: &NetworkRepr) -> bool {
+        match (ip_addresses(&self.network), ip_addresses(incoming)) {
+            (Some((us, peer)), Some((from, to))) => from == peer && to == us,
+            _ => false,
+        }
+    }
+
     /// The same path from another UDP source port.
     pub fn with_udp_src_port(mut self, port: u16) -> Path {
         match &mut self.network {
@@ -93,6 +104,15 @@ impl Path {
             ext,
             payload_len,
         }
+    }
+}
+
+/// The source and destination IP addresses of a RoCEv2 packet (RoCEv1 has none).
+pub fn ip_addresses(network: &NetworkRepr) -> Option<(IpAddr, IpAddr)> {
+    match *network {
+        NetworkRepr::Ipv4 { src, dst, .. } => Some((src.into(), dst.into())),
+        NetworkRepr::Ipv6 { src, dst, .. } => Some((src.into(), dst.into())),
+        NetworkRepr::Grh { .. } => None,
     }
 }
 

@@ -55,8 +55,9 @@ pub struct SendState {
     pub rtt_sample: Option<(u32, Instant)>,
     /// When to probe a quiet line (see [`probe`]).
     pub probe_at: Option<Instant>,
-    /// Probes sent since the last progress.
-    pub probe_backoff: u32,
+    /// Something was sent again (a probe, or the timer's go-back) since the responder last
+    /// showed progress: no probe until it does.
+    pub probe_spent: bool,
 }
 
 /// The retransmission timeout of the `timeout` attribute: 4.096 µs × 2^timeout (0 = none).
@@ -214,6 +215,11 @@ fn send_packet(qp: &mut Qp, ctx: &mut Ctx<'_>, index: u32) -> Result<(), WcStatu
 /// went quiet with packets unacknowledged, so an ACK, a NAK or a lost packet went missing at the
 /// tail, where no later packet would reveal the gap. The answer (ACK, NAK or the missing
 /// response) restarts the flow long before the retransmission timer would.
+///
+/// A probe is the timer's first retransmission brought forward, never one more: the caller
+/// takes it from the retry budget and restarts the timer, and no other probe follows until the
+/// responder shows progress. A silent responder therefore gets a request at most
+/// 1 + retry_cnt times, as with the timer alone.
 pub fn probe(qp: &mut Qp, ctx: &mut Ctx<'_>) {
     let Some(index) = qp.sq.find_psn(qp.send.una) else {
         return;
@@ -229,20 +235,17 @@ pub fn probe(qp: &mut Qp, ctx: &mut Ctx<'_>) {
     }
 }
 
-/// How long the line may stay quiet with packets unacknowledged before a probe: a few round
-/// trips, backing off while probes go unanswered, never longer than the retransmission timeout.
-pub fn probe_interval(send: &SendState, timeout: u8) -> Duration {
-    let rtt = if send.srtt.is_zero() {
-        Duration::from_micros(100)
-    } else {
-        send.srtt
-    };
-    let base = (rtt * 3).clamp(Duration::from_micros(20), Duration::from_millis(100));
-    let interval = base * (1 << send.probe_backoff.min(10));
-    match retransmit_timeout(timeout) {
-        Some(t) => interval.min(t / 2),
-        None => interval,
-    }
+/// How long the line may stay quiet with packets unacknowledged before a probe, or `None`
+/// when the QP has no retransmission timer (timeout 0: nothing is ever sent again).
+///
+/// Four round trips, but never less than a quarter of the retransmission timeout: a NIC
+/// engine is a thread, and on a busy machine (two cores, a dozen runnable threads) it may not
+/// run for ten milliseconds. A probe sent because of that is a duplicate on a fault-free line
+/// (and a duplicate READ is answered in full again), so the probe waits out such stalls and
+/// still comes well before the timer.
+pub fn probe_interval(send: &SendState, timeout: u8) -> Option<Duration> {
+    let t = retransmit_timeout(timeout)?;
+    Some((send.srtt * 4).max(t / 4).min(t / 2))
 }
 
 /// Builds and sends packet `n` of request `index` (a probe always asks for an ACK).

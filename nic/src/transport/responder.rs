@@ -20,6 +20,9 @@ use crate::qp::Qp;
 use crate::verbs::types::{wc_flags, QpState, QpType, Wc, WcOpcode, WcStatus};
 use crate::wqe::RecvWqe;
 
+/// The longest DMA length a RETH may carry (IBTA C9-94).
+pub const MAX_DMA_LEN: u32 = 1 << 31;
+
 /// READ response packets sent per reply before the engine turns to other work.
 pub const REPLY_BURST: usize = 32;
 
@@ -283,6 +286,12 @@ fn execute(
         debug!(%needs, qp_access = %access, "the QP does not allow this operation");
         return Err(Refuse::Nak(NakCode::INVALID_REQUEST));
     }
+    // IBTA C9-94: one RDMA request moves at most 2^31 bytes. A longer one is malformed whatever
+    // the memory tables say, so it is refused before any key is looked at.
+    if let Some(reth) = ext.reth.filter(|r| r.dma_len > MAX_DMA_LEN) {
+        debug!(dma_len = reth.dma_len, "RETH DMA length above 2^31");
+        return Err(Refuse::Nak(NakCode::INVALID_REQUEST));
+    }
     match kind {
         k if k.is_send() => receive_send(qp, ctx, bth, ext, payload).map(|()| 1),
         k if k.is_write() => receive_write(qp, ctx, bth, ext, payload).map(|()| 1),
@@ -357,21 +366,22 @@ fn receive_send(
         return Ok(());
     }
     qp.recv.in_message = None;
-    let mut flags = 0;
-    let mut imm = 0;
-    if let Some(i) = ext.immdt {
-        flags |= wc_flags::WITH_IMM;
-        imm = i.imm;
-    }
     if let Some(inv) = ext.ieth {
-        if let Err(e) = ctx.mrs.invalidate(inv.r_key, qp.pd) {
-            debug!(error = %e, rkey = inv.r_key, "SEND with invalidate names no memory of ours");
-            complete_recv(qp, ctx, WcStatus::RemInvReqErr, WcOpcode::Recv, 0, 0, 0);
-            return Err(Refuse::Nak(NakCode::INVALID_REQUEST));
-        }
-        flags |= wc_flags::WITH_INV;
-        imm = inv.r_key;
+        // A peer may invalidate only memory made to be invalidated: memory windows and
+        // fast-registration MRs (Soft-RoCE too refuses any other MR). This NIC has neither —
+        // every registration is a plain one, which its owner keeps using — so a SEND with
+        // Invalidate is refused whatever R_Key it names, and no key changes.
+        debug!(
+            rkey = format_args!("{:#x}", inv.r_key),
+            "SEND with Invalidate: no memory here may be invalidated by a peer"
+        );
+        complete_recv(qp, ctx, WcStatus::RemInvReqErr, WcOpcode::Recv, 0, 0, 0);
+        return Err(Refuse::Nak(NakCode::INVALID_REQUEST));
     }
+    let (imm, flags) = match ext.immdt {
+        Some(i) => (i.imm, wc_flags::WITH_IMM),
+        None => (0, 0),
+    };
     let len = qp.recv.recv_offset as u32;
     complete_recv(qp, ctx, WcStatus::Success, WcOpcode::Recv, len, imm, flags);
     qp.recv.msn = psn::add(qp.recv.msn, 1);
@@ -630,11 +640,22 @@ fn duplicate(qp: &mut Qp, ctx: &mut Ctx<'_>, bth: &bth::Repr, ext: &Extensions) 
     }
 }
 
-/// Sends the ACK owed for the packets of the last batch, if any.
+/// Sends the ACK owed for the packets of the last batch, if any. Answers go out in PSN order:
+/// an ACK for a PSN after a READ whose responses are still queued would tell the requester
+/// that they were lost (and make it send the READ again), so it waits for them.
 pub fn flush_ack(qp: &mut Qp, ctx: &mut Ctx<'_>) {
-    if let Some(p) = qp.recv.ack_pending.take() {
-        send_ack(qp, ctx, p, Syndrome::ack());
+    let Some(p) = qp.recv.ack_pending else {
+        return;
+    };
+    if qp.recv.replies.iter().any(|r| psn::before(r.first_psn, p)) {
+        trace!(
+            psn = p,
+            "ACK held until the READ responses before it are sent"
+        );
+        return;
     }
+    qp.recv.ack_pending = None;
+    send_ack(qp, ctx, p, Syndrome::ack());
 }
 
 fn send_nak(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, code: NakCode) {
@@ -758,6 +779,8 @@ pub fn send_replies(qp: &mut Qp, ctx: &mut Ctx<'_>, budget: usize) -> usize {
             Some(r) if !last => r.offset += n,
             _ => {
                 qp.recv.replies.pop_front();
+                // An ACK held back for this READ may go now.
+                flush_ack(qp, ctx);
             }
         }
     }

@@ -12,8 +12,8 @@
 //! Where rxe and the IBTA spec part, the case's documentation says which one the test expects,
 //! as docs/rxe-differences.md does: rxe refuses to post a misaligned atomic (so that case
 //! cannot be provoked at us), and Linux 6.1's rxe answers a READ over 2^31 bytes with a
-//! remote access error, as our NIC does. Retry counts are 2, not 7: at 7 rxe retries for ever
-//! where the spec gives up.
+//! remote access error, where our NIC (as the spec and newer kernels) answers invalid request.
+//! Retry counts are 2, not 7: at 7 rxe retries for ever where the spec gives up.
 
 // Only tests/softroce_errors.rs runs these; the other suites share the module.
 #![allow(dead_code)]
