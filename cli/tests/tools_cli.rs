@@ -288,6 +288,19 @@ fn bench_rows(stdout: &str) -> (serde_json::Value, Vec<(String, String)>) {
     (v, rows)
 }
 
+/// `roce bench ARGS` to the end: it starts processes and takes several figures, which on a
+/// loaded machine takes longer than a command's usual patience.
+fn bench(env: &Env, args: &[&str]) -> Finished {
+    let mut proc = Proc::spawn(env.roce(args), false);
+    let status = proc.wait(std::time::Duration::from_secs(180));
+    let stdout = proc.drain_stdout();
+    Finished {
+        status,
+        stdout,
+        stderr: proc.stderr(),
+    }
+}
+
 fn has_row(rows: &[(String, String)], figure: &str, baseline: &str) -> bool {
     rows.iter()
         .any(|(f, b)| f.starts_with(figure) && b.starts_with(baseline))
@@ -296,19 +309,22 @@ fn has_row(rows: &[(String, String)], figure: &str, baseline: &str) -> bool {
 #[test]
 fn bench_all_gives_every_figure_beside_its_baseline_in_json() {
     let env = Env::new("tball");
-    let done = env.run(&[
-        "bench",
-        "--all",
-        "--json",
-        "--seconds",
-        "0.05",
-        "-s",
-        "64K",
-        "--qps",
-        "1,3",
-        "--packets",
-        "300",
-    ]);
+    let done = bench(
+        &env,
+        &[
+            "bench",
+            "--all",
+            "--json",
+            "--seconds",
+            "0.05",
+            "-s",
+            "64K",
+            "--qps",
+            "1,3",
+            "--packets",
+            "300",
+        ],
+    );
     assert!(done.status.success(), "{}", done.stderr);
     let (v, rows) = bench_rows(&done.stdout);
     for (figure, baseline) in [
@@ -351,7 +367,10 @@ fn bench_all_gives_every_figure_beside_its_baseline_in_json() {
 #[test]
 fn bench_qps_alone_holds_many_qps_to_one_and_prints_lines() {
     let env = Env::new("tbqps");
-    let done = env.run(&["bench", "--qps", "2", "--seconds", "0.05", "-s", "4K"]);
+    let done = bench(
+        &env,
+        &["bench", "--qps", "2", "--seconds", "0.05", "-s", "4K"],
+    );
     assert!(done.status.success(), "{}", done.stderr);
     let lines: Vec<&str> = done.stdout.lines().collect();
     assert!(

@@ -262,7 +262,7 @@ fn in_process(
         None,
     )?;
     let small = writes(pair.initiator(), 64, SMALL, d)?;
-    let lat = bench::write_latency(pair.initiator(), 64, 20_000).map_err(verbs)?;
+    let lat = bench::write_latency(pair.initiator(), 64, 20_000, d).map_err(verbs)?;
     let c = pair.dev_a.counters();
     r.note(format!(
         "in-process WRITE 64 B: {:.3} M messages/s (against one QP in the QP rows); latency median {:.2} µs, p99 {:.2} µs, min {:.2} µs ({} samples); {} retransmitted, {} tail probes",

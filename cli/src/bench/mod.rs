@@ -143,7 +143,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             small.messages_per_s() / 1e6
         )?;
     }
-    let lat = bench::write_latency(pair.initiator(), 64, 20_000).map_err(fail)?;
+    let lat = bench::write_latency(pair.initiator(), 64, 20_000, duration).map_err(fail)?;
     let c = pair.dev_a.counters();
     if args.json {
         let figures = serde_json::json!({

@@ -135,12 +135,23 @@ pub fn write_throughput(
     })
 }
 
-/// One RDMA WRITE of `size` bytes at a time: from post to completion, `samples` times.
-pub fn write_latency(p: Initiator<'_>, size: usize, samples: usize) -> Result<Latency, VerbsError> {
+/// One RDMA WRITE of `size` bytes at a time: from post to completion, `samples` times or for
+/// about `within`, whichever ends first (on a loaded machine each sample waits for the
+/// engines to be scheduled), with at least one sample.
+pub fn write_latency(
+    p: Initiator<'_>,
+    size: usize,
+    samples: usize,
+    within: Duration,
+) -> Result<Latency, VerbsError> {
     let mut wcs = [Wc::default()];
     let sge = [p.mr.sge(0, size as u32)];
     let mut times = Vec::with_capacity(samples);
-    for i in 0..samples as u64 {
+    let start = Instant::now();
+    for i in 0..samples.max(1) as u64 {
+        if i > 0 && start.elapsed() >= within {
+            break;
+        }
         let wr = SendWr {
             wr_id: i,
             op: SendOp::RdmaWrite {
@@ -165,6 +176,7 @@ pub fn write_latency(p: Initiator<'_>, size: usize, samples: usize) -> Result<La
         }
     }
     times.sort();
+    let samples = times.len();
     Ok(Latency {
         samples,
         median: times[samples / 2],
