@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use roce_nic::pkey::PKeyTable;
 use roce_nic::verbs::{Context, Mtu};
 use roce_nic::Device;
 use roce_tools::{Limits, ToolError};
@@ -66,6 +67,10 @@ pub struct NicArgs {
     /// That NIC follows Soft-RoCE where it departs from the spec (retry_cnt 7 is for ever).
     #[arg(long, requires = "link")]
     rxe_compat: bool,
+    /// That NIC's P_Key table, as `roce nic --pkey` takes it (default 0xffff); the QPs use its
+    /// first key.
+    #[arg(long = "pkey", value_name = "KEY[,KEY...]", requires = "link")]
+    pkeys: Option<PKeyTable>,
 }
 
 /// An opened NIC. The context goes before the device it may belong to.
@@ -104,7 +109,7 @@ impl NicArgs {
             Err(own) => own,
         };
         let name = format!("{tool}-{}", std::process::id());
-        let config = device::config(&DeviceWords {
+        let mut config = device::config(&DeviceWords {
             name: &name,
             ip,
             mac: self.mac.as_deref(),
@@ -112,6 +117,9 @@ impl NicArgs {
             neighbours: &self.neighbours,
             rxe_compat: self.rxe_compat,
         })?;
+        if let Some(pkeys) = &self.pkeys {
+            config.pkeys = pkeys.clone();
+        }
         let spec = device::parse_link(link)?;
         let rate = device::parse_rate(self.rate.as_deref())?;
         let faults = device::parse_faults(self.faults.as_deref())?;

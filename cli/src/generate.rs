@@ -39,12 +39,23 @@ pub fn completions(args: CompletionArgs, mut cmd: clap::Command) -> Result<ExitC
     // Generated into memory: clap_complete panics on a failed write, and a closed pipe must
     // end the command quietly.
     let mut script = Vec::new();
+    cmd = visible(&cmd);
     clap_complete::generate(args.shell, &mut cmd, "roce", &mut script);
     std::io::stdout()
         .lock()
         .write_all(&script)
         .map_err(Failure::output)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The command as a user may type it: clap_complete offers hidden subcommands (such as the
+/// demo's `demo-target`) like any other, so they are left out of the tree it is given.
+fn visible(cmd: &clap::Command) -> clap::Command {
+    let mut visible = clap::Command::new("roce").version(env!("CARGO_PKG_VERSION"));
+    if let Some(about) = cmd.get_about() {
+        visible = visible.about(about.clone());
+    }
+    visible.subcommands(cmd.get_subcommands().filter(|s| !s.is_hide_set()).cloned())
 }
 
 pub fn man(args: ManArgs, cmd: clap::Command) -> Result<ExitCode, Failure> {

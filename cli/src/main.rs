@@ -18,8 +18,10 @@ mod mem;
 mod nic;
 mod perftest;
 mod pingpong;
+mod rping;
 mod signals;
 mod switch;
+mod ucmatose;
 
 use std::process::ExitCode;
 
@@ -92,6 +94,12 @@ enum Command {
     /// Speak perftest's ib_{write,read,send,atomic}_{bw,lat} with a peer.
     #[command(after_long_help = perftest::EXAMPLES)]
     Perftest(perftest::Args),
+    /// Speak rdma-core's rping with a peer, connecting through the RDMA CM.
+    #[command(after_long_help = rping::EXAMPLES)]
+    Rping(rping::Args),
+    /// Speak librdmacm's ucmatose with a peer: messages both ways over an RDMA CM connection.
+    #[command(after_long_help = ucmatose::EXAMPLES)]
+    Ucmatose(ucmatose::Args),
     /// Use a running NIC from the shell: serve a region, post RDMA work, show the NIC.
     #[command(subcommand)]
     Host(host::Command),
@@ -128,6 +136,8 @@ fn main() -> ExitCode {
         Command::Nic(args) => nic::run(args),
         Command::Pingpong(args) => pingpong::run(args),
         Command::Perftest(args) => perftest::run(args),
+        Command::Rping(args) => rping::run(args),
+        Command::Ucmatose(args) => ucmatose::run(args),
         Command::Host(cmd) => host::run(cmd),
         Command::Switch(args) => switch::run(args),
         Command::Fabric(cmd) => fabric::run(cmd),

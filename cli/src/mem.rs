@@ -47,7 +47,7 @@ pub enum Command {
     /// someone else (the NIC), and the watcher's own CPU time shows the host spends nothing.
     /// Ctrl-C or SIGTERM ends it with the summary.
     #[command(
-        after_long_help = "Examples:\n  roce mem watch buf                until Ctrl-C\n  roce mem watch buf --count 1      until the first change\n  roce mem watch buf --duration 30"
+        after_long_help = "Examples:\n  roce mem watch buf                until Ctrl-C\n  roce mem watch buf --count 1      until the first change\n  roce mem watch buf --duration 30\n  roce mem watch buf --json | jq .offset     one JSON object per change"
     )]
     Watch {
         /// Region name.
@@ -58,6 +58,9 @@ pub enum Command {
         /// Stop after this many seconds.
         #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
         duration: Option<Duration>,
+        /// One JSON object per line: the start, each change, the summary.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -74,9 +77,14 @@ pub fn run(cmd: Command) -> Result<ExitCode, Failure> {
             name,
             count,
             duration,
+            json,
         } => {
             let region = Region::attach(&name).map_err(region_failure)?;
-            let until = watch::Until { count, duration };
+            let until = watch::Until {
+                count,
+                duration,
+                json,
+            };
             finish_output(watch::watch(
                 &region,
                 &name,

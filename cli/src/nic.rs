@@ -9,6 +9,7 @@ use roce_nic::host::{self, Server};
 use roce_nic::link::ecn::Ect;
 use roce_nic::link::paced::Rate;
 use roce_nic::link::pfc::Pausable;
+use roce_nic::pkey::PKeyTable;
 use roce_nic::{Device, RingMemory};
 use tracing::info;
 
@@ -25,6 +26,8 @@ Examples:
   A lossy link, recorded for Wireshark:
     roce nic --name nic0 --ip 10.0.0.1 --link cable:127.0.0.1:7001,127.0.0.1:7002 \\
         --faults drop=0.01,seed=7 --pcap nic0.pcap
+  A limited member of the default partition (it talks to full members, 0xffff, only):
+    roce nic --name nic0 --ip 10.0.0.1 --link cable:127.0.0.1:7001,127.0.0.1:7002 --pkey 0x7fff
   A NIC on a veth interface (needs CAP_NET_RAW), path MTU 1024:
     roce nic --name nic0 --ip 10.0.0.1/24 --link iface:veth0 --link-mtu 1500";
 
@@ -88,6 +91,11 @@ pub struct Args {
     /// see docs/rxe-differences.md.
     #[arg(long)]
     rxe_compat: bool,
+    /// The port's P_Key table, in hex: the partitions it belongs to, 0x8000 set for a full
+    /// member (default 0xffff, full member of the default partition; 0x7fff is a limited member
+    /// of it, which talks to full members only). A QP's pkey_index picks its entry.
+    #[arg(long = "pkey", value_name = "KEY[,KEY...]")]
+    pkeys: Option<PKeyTable>,
     /// Set a limit of what hosts may create, e.g. max_qp=64 or host_max_shm=67108864
     /// (repeatable; `roce host info` lists them all with their values).
     #[arg(long = "limit", value_name = "NAME=VALUE")]
@@ -116,6 +124,9 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     config.rings = RingMemory::Shared {
         prefix: args.name.clone(),
     };
+    if let Some(pkeys) = args.pkeys {
+        config.pkeys = pkeys;
+    }
     for limit in &args.limits {
         config
             .limits

@@ -1,10 +1,12 @@
 //! `roce perftest`: perftest's ib_{write,read,send,atomic}_{bw,lat} over RC, to run
 //! against the real ones (or against itself). The options are a subset of perftest's own.
 
+use std::io::Write;
 use std::net::IpAddr;
 use std::process::ExitCode;
 
-use roce_tools::perftest::{self, AtomicOp, Options, Test};
+use clap::ValueEnum;
+use roce_tools::perftest::{self, AtomicOp, Measured, Options, Test};
 use roce_tools::Role;
 
 use crate::attach::{failure, path_mtu, LimitArgs, NicArgs};
@@ -18,6 +20,8 @@ Examples:
     roce perftest write_bw --nic nic0 10.0.0.2
   Every size from 2 bytes to 8 MiB, in Gb/s:
     roce perftest read_bw -a --report_gbits --nic nic0 10.0.0.2
+  The figures as JSON lines for a script (perftest's own text goes to standard error):
+    roce perftest write_bw --json --nic nic0 10.0.0.2 | jq .average_mib_per_s
   Against perftest in a Soft-RoCE guest at 10.77.0.2, retrying while it boots:
     roce perftest write_bw -s 65536 -n 200 --connect-retry 60 \\
         --link cable:127.0.0.1:47911,127.0.0.1:47910 --ip 10.77.0.1 --link-mtu 1500 --rate 200M 10.77.0.2";
@@ -96,6 +100,10 @@ pub struct Args {
     /// Bandwidth in Gb/s rather than MB/s.
     #[arg(long = "report_gbits", alias = "report-gbits")]
     report_gbits: bool,
+    /// The figures as JSON, one object per line (one per message size with -a), on standard
+    /// output; perftest's own text goes to standard error.
+    #[arg(long)]
+    json: bool,
     #[command(flatten)]
     limits: LimitArgs,
     #[command(flatten)]
@@ -103,6 +111,10 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
+    let name = args
+        .test
+        .to_possible_value()
+        .map_or_else(String::new, |v| v.get_name().to_owned());
     let test = match args.test {
         Program::WriteBw => Test::WriteBw,
         Program::WriteLat => Test::WriteLat,
@@ -136,6 +148,54 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     let role = args.server.map_or(Role::Server, Role::Client);
     let nic = args.nic.open("perftest")?;
     let mut out = Watched::default();
-    perftest::run(&nic.ctx, &opts, role, &mut out).map_err(|e| failure(e, &out))?;
+    if !args.json {
+        perftest::run(&nic.ctx, &opts, role, &mut out).map_err(|e| failure(e, &out))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let outcome = perftest::run(&nic.ctx, &opts, role, &mut std::io::stderr())
+        .map_err(|e| failure(e, &out))?;
+    let mut lines = Vec::new();
+    json_lines(&name, &outcome.result, opts.report_gbits, &mut lines);
+    for mut line in lines {
+        line["verified"] = outcome.verified.clone().into();
+        writeln!(out, "{line}").map_err(Failure::output)?;
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What a run measured as JSON objects, one per message size, with the unit in each key.
+fn json_lines(test: &str, measured: &Measured, gbits: bool, lines: &mut Vec<serde_json::Value>) {
+    match measured {
+        Measured::Bw(r) => {
+            let unit = if gbits { "gbit_per_s" } else { "mib_per_s" };
+            let mut line = serde_json::json!({
+                "test": test,
+                "size_bytes": r.size,
+                "iterations": r.iters,
+                "msg_rate_mpps": r.msg_rate,
+            });
+            line[format!("peak_{unit}")] = r.peak.into();
+            line[format!("average_{unit}")] = r.average.into();
+            lines.push(line);
+        }
+        Measured::Sweep(sizes) => {
+            for size in sizes {
+                json_lines(test, size, gbits, lines);
+            }
+        }
+        Measured::Lat(l) => lines.push(serde_json::json!({
+            "test": test,
+            "size_bytes": l.size,
+            "iterations": l.iters,
+            "min_us": l.min,
+            "max_us": l.max,
+            "typical_us": l.typical,
+            "average_us": l.average,
+            "stdev_us": l.stdev,
+            "p99_us": l.p99,
+            "p99_9_us": l.p99_9,
+        })),
+        // A latency test's passive server measures nothing; it still says what it checked.
+        Measured::Nothing => lines.push(serde_json::json!({ "test": test })),
+    }
 }

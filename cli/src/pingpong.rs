@@ -1,9 +1,11 @@
 //! `roce pingpong`: rdma-core's ibv_{rc,uc,ud,srq}_pingpong, to run against the real ones (or
 //! against itself). The options are the real tools' own.
 
+use std::io::Write;
 use std::net::IpAddr;
 use std::process::ExitCode;
 
+use clap::ValueEnum;
 use roce_tools::pingpong::{self, Options, Transport};
 use roce_tools::Role;
 
@@ -18,6 +20,8 @@ Examples:
     roce pingpong rc --nic nic0 10.0.0.2
   Against rdma-core's own, in a Soft-RoCE guest at 10.77.0.2, with a NIC of the tool's own:
     roce pingpong rc -n 100 --link cable:127.0.0.1:47911,127.0.0.1:47910 --ip 10.77.0.1 --link-mtu 1500
+  The figures as one JSON line for a script (the tool's own text goes to standard error):
+    roce pingpong rc --json --nic nic0 10.0.0.2 | jq .usec_per_iter
   Path MTU 4096 (give -m 4096 to the peer too), 2% loss:
     roce pingpong rc -m 4096 --link ... --ip ... --faults drop=0.02 10.77.0.2";
 
@@ -64,6 +68,10 @@ pub struct Args {
     /// Mark the first byte of each page, as the real client does with --chk (give it to both).
     #[arg(short = 'c', long = "chk")]
     check: bool,
+    /// The figures as one JSON object on standard output; the tool's own text goes to
+    /// standard error.
+    #[arg(long)]
+    json: bool,
     #[command(flatten)]
     limits: LimitArgs,
     #[command(flatten)]
@@ -94,6 +102,25 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     let role = args.server.map_or(Role::Server, Role::Client);
     let nic = args.nic.open("pingpong")?;
     let mut out = Watched::default();
-    pingpong::run(&nic.ctx, &opts, role, &mut out).map_err(|e| failure(e, &out))?;
+    if !args.json {
+        pingpong::run(&nic.ctx, &opts, role, &mut out).map_err(|e| failure(e, &out))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let report = pingpong::run(&nic.ctx, &opts, role, &mut std::io::stderr())
+        .map_err(|e| failure(e, &out))?;
+    let seconds = report.elapsed.as_secs_f64();
+    // Counted as the real tools count them: both directions, per round trip.
+    let bytes = 2 * u64::from(report.size) * u64::from(report.iters);
+    let line = serde_json::json!({
+        "program": args.program.to_possible_value().map(|v| v.get_name().to_owned()),
+        "size_bytes": report.size,
+        "iterations": report.iters,
+        "bytes": bytes,
+        "elapsed_s": seconds,
+        "mbit_per_s": bytes as f64 * 8.0 / (seconds * 1e6).max(1e-9),
+        "usec_per_iter": seconds * 1e6 / f64::from(report.iters.max(1)),
+        "verified_messages": report.verified,
+    });
+    writeln!(out, "{line}").map_err(Failure::output)?;
     Ok(ExitCode::SUCCESS)
 }

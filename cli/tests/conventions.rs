@@ -127,6 +127,11 @@ fn completion_scripts_cover_the_whole_tree() {
             let last = path.last().unwrap();
             assert!(done.stdout.contains(last.as_str()), "{shell}: no {last}");
         }
+        // The demo's own target program is started by `roce demo`, never typed.
+        assert!(
+            !done.stdout.contains("demo-target"),
+            "{shell} offers demo-target"
+        );
     }
     let bad = env.run(&["completions", "tcsh"]);
     assert_eq!(bad.status.code(), Some(2));

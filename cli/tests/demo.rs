@@ -1,6 +1,7 @@
 //! `roce demo` as a student runs it: every scenario, with its NICs and target as processes
 //! (the default) and in one process, each run's proof lines checked against the numbers they
-//! carry and against its pcap decoded independently by `roce decode --strict`.
+//! carry, against its pcap decoded by `roce decode --strict`, by tshark and by scapy, and —
+//! for the frozen target — against the target's /proc and memory as this test reads them.
 
 mod support;
 
@@ -115,11 +116,16 @@ fn decoded(env: &Env, pcap: &Path) -> Vec<String> {
 }
 
 /// The count the ICRC proof line gives matches the capture, which `roce decode --strict`
-/// finds all valid.
+/// finds all valid — and so do tshark (every field) and scapy (every ICRC), which share no code
+/// with the demo.
 fn assert_capture_valid(env: &Env, out: &str, pcap: &Path) -> Vec<String> {
     let lines = decoded(env, pcap);
     let claimed = numbers(proof(out, "all "))[0] as usize;
     assert_eq!(lines.len(), claimed, "{lines:#?}");
+    let roce = Path::new(env!("CARGO_BIN_EXE_roce"));
+    if let Some(checked) = roce_tests::oracle::check_from_outside(roce, pcap) {
+        assert_eq!((checked.packets, checked.icrcs), (claimed, claimed));
+    }
     lines
 }
 
@@ -334,10 +340,20 @@ fn every_scenario_runs_in_one_process_too() {
     // tcp-vs-rdma and allreduce have tests of their own (demo_lessons.rs).
     for scenario in Scenario::ALL.into_iter().filter(|s| s.is_pair()) {
         let env = Env::new(&format!("inproc{scenario}"));
+        let pcap = env.dir.join("inproc.pcap");
         let out = demo(
             &env,
-            &["--in-process", "--scenario", scenario.name(), "--quiet"],
+            &[
+                "--in-process",
+                "--scenario",
+                scenario.name(),
+                "--quiet",
+                "--pcap",
+                pcap.to_str().unwrap(),
+            ],
         );
+        // Its frames, as `roce decode`, tshark and scapy see them, are those the proof counts.
+        assert_capture_valid(&env, &out, &pcap);
         // --quiet: the proof lines only, every one held.
         assert!(out.lines().count() >= 2, "{scenario}: {out}");
         for line in out.lines() {
@@ -476,4 +492,116 @@ fn a_demo_killed_while_its_target_is_frozen_leaves_nothing_behind() {
         .collect();
     assert!(names.is_empty(), "left in /dev/shm: {names:?}");
     let _ = run.wait(Duration::from_secs(10));
+}
+
+/// Nanoseconds the threads of `pid` spent on a CPU, by the scheduler's count (the first field
+/// of each thread's schedstat).
+fn on_cpu_ns(pid: i32) -> u64 {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok())
+        .filter_map(|stat| stat.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// `len` bytes at `address` of process `pid`'s memory, read through /proc/PID/mem (the kernel's
+/// view of that process's own address space; the target is a descendant of this test).
+fn memory_of(pid: i32, address: u64, len: usize) -> Vec<u8> {
+    use std::os::unix::fs::FileExt;
+    let mem = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+    let mut bytes = vec![0; len];
+    mem.read_exact_at(&mut bytes, address)
+        .unwrap_or_else(|e| panic!("/proc/{pid}/mem at {address:#x}: {e}"));
+    bytes
+}
+
+/// What the target looks like from outside, all read by this test from /proc.
+#[derive(Debug, PartialEq)]
+struct Outside {
+    states: Vec<char>,
+    cpu_ticks: u64,
+    on_cpu_ns: u64,
+    context_switches: u64,
+}
+
+fn outside(pid: i32) -> Outside {
+    Outside {
+        states: thread_states(pid),
+        cpu_ticks: cpu_ticks(pid),
+        on_cpu_ns: on_cpu_ns(pid),
+        context_switches: context_switches(pid),
+    }
+}
+
+#[test]
+fn the_test_itself_sees_the_frozen_target_stand_still_while_its_memory_changes() {
+    // `--step` pauses after each step on a terminal (`script` gives the demo one, fed by this
+    // test): after step 1 the target is frozen, after step 4 the WRITE is done and the target
+    // is still frozen. At both pauses this test reads the target's /proc and memory itself,
+    // instead of believing the numbers the demo prints.
+    if std::process::Command::new("script")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        roce_tests::skip("`script` (util-linux) is not installed");
+        return;
+    }
+    let env = Env::new("demoproc");
+    let mut cmd = std::process::Command::new("script");
+    let roce = env!("CARGO_BIN_EXE_roce");
+    cmd.args([
+        "-qefc",
+        &format!("{roce} demo --step --scenario write"),
+        "/dev/null",
+    ])
+    .env("XDG_RUNTIME_DIR", &env.dir)
+    .env("NO_COLOR", "1");
+    let mut run = Proc::spawn(cmd, true);
+    let who = run.expect(|l| l.contains("The target program is process "));
+    let target = numbers(who.split("process ").nth(1).unwrap())[0] as i32;
+    let va = run.expect(|l| l.trim_start().starts_with("VA "));
+    let va = u64::from_str_radix(
+        va.split_whitespace()
+            .nth(1)
+            .unwrap()
+            .trim_start_matches("0x"),
+        16,
+    )
+    .unwrap();
+    run.expect(|l| l.contains("SIGSTOP to process"));
+    run.expect(|l| l.contains("Its CPU time so far: "));
+    eventually("the target frozen", || {
+        thread_states(target).iter().all(|s| *s == 'T')
+    });
+    let before = outside(target);
+    assert!(before.on_cpu_ns > 0, "the target ran to set up: {before:?}");
+    let len = 69;
+    assert_eq!(memory_of(target, va + 0x40, len), vec![0; len]);
+
+    // Steps 2 to 4: the WRITE is posted, sent, written and acknowledged.
+    for _ in 2..=4 {
+        run.say("");
+    }
+    let sent = run.expect(|l| l.contains("The buffer holds “"));
+    let sent = sent.split('“').nth(1).unwrap().split('”').next().unwrap();
+    assert_eq!(sent.len(), len);
+    run.expect(|l| l.contains("DMA: 69 bytes written into the target's memory"));
+    run.expect(|l| l.trim_start().starts_with("target NIC     rx_frames"));
+    // The demo now waits at the end of step 4; its target has not been let go.
+    assert_eq!(
+        memory_of(target, va + 0x40, len),
+        sent.as_bytes(),
+        "the target's memory, read through /proc/{target}/mem"
+    );
+    let after = outside(target);
+    assert!(after.states.iter().all(|s| *s == 'T'), "{after:?}");
+    assert_eq!(after, before, "the frozen target ran");
+
+    // The rest: the proof, SIGCONT, and the target finding its data.
+    for _ in 0..4 {
+        run.say("");
+    }
+    run.expect(|l| l.contains("✓ the target finds the data already there"));
+    assert!(run.wait(PATIENCE).success());
 }

@@ -142,7 +142,7 @@ fn the_page_renders_in_chromium_with_every_frame() {
         "{} bytes",
         png.len()
     );
-    if std::env::var("ROCE_REGENERATE_SCREENSHOT").is_ok_and(|v| v == "1") {
+    if roce_tests::regenerate("ROCE_REGENERATE_SCREENSHOT") {
         std::fs::copy(&shot, roce_tests::workspace().join("docs/demo.png")).unwrap();
     }
 }

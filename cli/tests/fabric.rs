@@ -535,7 +535,7 @@ fn two_nic_processes_on_a_shared_memory_link() {
 #[test]
 fn the_kernels_red_queue_marks_our_ect_frames() {
     let env = Env::new("tcred");
-    let Some(ns) = roce_nic::testbed::netns::Netns::create("tcred") else {
+    let Some(ns) = roce_tests::netns::Netns::create("tcred") else {
         return;
     };
     let tag = std::process::id() % 100_000;

@@ -406,3 +406,49 @@ fn the_server_prompt_has_help_and_a_refused_request_is_one_line() {
         .count();
     assert_eq!(flushed, 1, "{all:#?}");
 }
+
+/// `roce nic --pkey`: the port's P_Key table, as host programs see it; a key of no partition is
+/// refused before the NIC starts.
+#[test]
+fn a_nic_holds_the_p_keys_it_is_given() {
+    let env = Env::new("pkeys");
+    let (mut a, _b) = cabled_pair(&env, 75);
+    let refused = env.run(&[
+        "nic",
+        "--name",
+        &a.name,
+        "--ip",
+        &a.ip,
+        "--link",
+        &a.link,
+        "--pkey",
+        "0x7fff,0x8000",
+    ]);
+    assert_eq!(refused.status.code(), Some(2), "{}", refused.stderr);
+    assert!(
+        refused
+            .stderr
+            .contains("P_Key 0x8000 is in partition 0, which is no partition"),
+        "{}",
+        refused.stderr
+    );
+    a.extra = vec!["--pkey".into(), "0x7fff,0x8001".into()];
+    let _nic = env.nic(&a);
+    let info = env.run(&["host", "info", "--nic", &a.name]);
+    assert!(info.status.success(), "{}", info.stderr);
+    let lines: Vec<&str> = info
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("pkey["))
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            "pkey[0] 0x7fff (limited member)",
+            "pkey[1] 0x8001 (full member)"
+        ]
+    );
+    let json = env.run(&["host", "info", "--nic", &a.name, "--json"]);
+    let info: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(info["pkeys"], serde_json::json!(["0x7fff", "0x8001"]));
+}

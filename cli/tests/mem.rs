@@ -203,6 +203,42 @@ fn watch_prints_a_change_made_by_another_process_with_its_own_cpu_cost() {
 }
 
 #[test]
+fn watch_json_is_one_object_per_line_for_the_start_each_change_and_the_summary() {
+    let name = Name::new("watchjson");
+    assert!(roce(&["mem", "create", &name.0, "4K"]).status.success());
+    let (mut child, mut out, header) =
+        start_watch(&[&name.0, "--json", "--count", "1", "--duration", "30"]);
+    let header: serde_json::Value = serde_json::from_str(&header).unwrap();
+    assert_eq!(header["event"], "watching");
+    assert_eq!(header["region"], name.0.as_str());
+    assert_eq!(header["size_bytes"], 4096);
+    Region::attach(&name.0)
+        .unwrap()
+        .write(0x12, b"hello")
+        .unwrap();
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    assert!(child.wait().unwrap().success());
+    let lines: Vec<serde_json::Value> = rest
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{rest}");
+    let change = &lines[0];
+    assert_eq!(change["event"], "change");
+    assert_eq!(
+        (change["offset"].as_u64(), change["len_bytes"].as_u64()),
+        (Some(0x12), Some(5))
+    );
+    assert_eq!(change["old_hex"], "00 00 00 00 00");
+    assert_eq!(change["new_hex"], "68 65 6c 6c 6f");
+    assert!(change["watcher"]["user_s"].is_f64(), "{change}");
+    assert_eq!(lines[1]["event"], "summary");
+    assert_eq!(lines[1]["changes"], 1);
+    assert!(lines[1]["watcher"]["voluntary_switches"].is_i64(), "{rest}");
+}
+
+#[test]
 fn watch_ends_after_its_duration_or_on_ctrl_c() {
     let name = Name::new("watch-end");
     assert!(roce(&["mem", "create", &name.0, "4K"]).status.success());

@@ -112,7 +112,7 @@ fn one_sided_operations_land_while_the_target_host_is_stopped() {
 #[test]
 fn the_same_over_veth_interfaces_in_a_namespace() {
     let env = Env::new("veth");
-    let Some(ns) = roce_nic::testbed::netns::Netns::create("stopveth") else {
+    let Some(ns) = roce_tests::netns::Netns::create("stopveth") else {
         return;
     };
     let (a, b) = veth_pair(&env, &ns, 62);
@@ -226,8 +226,8 @@ fn stopped_target(env: &Env, mut a: Nic, b: Nic, mtu: Mtu) {
 }
 
 /// Every RoCE frame in the capture parses with a valid ICRC, there are at least `min_frames`
-/// of them (other frames are the port's own: ARP, neighbour discovery), and `roce decode
-/// --strict` agrees.
+/// of them (other frames are the port's own: ARP, neighbour discovery), `roce decode --strict`
+/// agrees, and so do tshark (every field) and scapy (every ICRC), which share no code with us.
 fn check_capture(env: &Env, path: &std::path::Path, min_frames: usize) {
     let file = std::fs::File::open(path).unwrap();
     let mut reader = pcap_file::pcap::PcapReader::new(file).unwrap();
@@ -243,9 +243,15 @@ fn check_capture(env: &Env, path: &std::path::Path, min_frames: usize) {
         frames += 1;
     }
     assert!(frames >= min_frames, "only {frames} RoCE frames captured");
-    let path = path.display().to_string();
-    let decoded = env.run(&["decode", "--strict", &path]);
+    let text = path.display().to_string();
+    let decoded = env.run(&["decode", "--strict", &text]);
     assert!(decoded.status.success(), "{}", decoded.stderr);
+    // And from outside: tshark field by field, scapy's ICRC for every frame.
+    let roce = std::path::Path::new(env!("CARGO_BIN_EXE_roce"));
+    if let Some(checked) = roce_tests::oracle::check_from_outside(roce, path) {
+        assert_eq!(checked.packets, frames, "tshark sees every RoCE frame");
+        assert_eq!(checked.icrcs, frames, "scapy recomputes every ICRC");
+    }
 }
 
 #[test]

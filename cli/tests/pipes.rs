@@ -17,6 +17,7 @@ fn pipe() -> (File, OwnedFd) {
     let mut fds = [0; 2];
     // SAFETY: pipe(2) fills two new descriptors, which are then owned here.
     assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: the two descriptors pipe2 just made, each owned once.
     unsafe { (File::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
 }
 
@@ -243,6 +244,20 @@ fn every_subcommand_ends_cleanly_when_its_reader_goes_away() {
         &env,
         "pingpong",
         &["pingpong", "rc", "--nic", &a.name, "--timeout", "1"],
+        nothing,
+    );
+    covered.push("rping");
+    both_readers(
+        &env,
+        "rping",
+        &["rping", "-s", "--nic", &a.name, "--timeout", "1"],
+        nothing,
+    );
+    covered.push("ucmatose");
+    both_readers(
+        &env,
+        "ucmatose",
+        &["ucmatose", "--nic", &a.name, "--timeout", "1"],
         nothing,
     );
     covered.push("perftest");

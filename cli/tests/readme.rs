@@ -81,7 +81,7 @@ fn skipped(block: &Block) -> Option<&'static str> {
     if block.rust {
         return Some("a Rust fragment of the verbs API, not a command");
     }
-    let reasons: [(&str, &str); 10] = [
+    let reasons: [(&str, &str); 11] = [
         (
             "tests/interop/softroce-vm",
             "needs the QEMU guest (cli/tests/softroce.rs runs it)",
@@ -113,6 +113,10 @@ fn skipped(block: &Block) -> Option<&'static str> {
         ),
         (
             "cargo test -p roce-cli --test softroce",
+            "needs the QEMU guest",
+        ),
+        (
+            "tests/interop/softroce-vm run -- rping",
             "needs the QEMU guest",
         ),
         (
@@ -426,8 +430,9 @@ fn every_readme_block_runs_as_shown() {
     let memory = server.expect(|l| l.starts_with("memory "));
     assert_eq!(names.theirs(&memory), shown[1]);
     let pid = server.pid();
+    // The whole line: stderr may be read while the prompt is half written.
     eventually("the server's prompt", || {
-        server.stderr().contains("waiting for")
+        server.stderr().contains("help lists the commands)")
     });
     let waiting = server.stderr();
     assert!(alike(&shown[2], waiting.trim_end()), "{waiting}");

@@ -21,7 +21,7 @@ use std::collections::BTreeSet;
 
 use interop::guest::{GUEST_MAC, NIC_MAC};
 use interop::scenario::{Group, Kind, Scenario};
-use Kind::{Perftest, Pingpong};
+use Kind::{Perftest, Pingpong, Rping, Ucmatose};
 
 fn scenarios(list: &[(Kind, &str)]) -> Vec<Scenario> {
     list.iter()
@@ -265,6 +265,82 @@ fn committed_captures_hold_real_rxe_frames_and_their_field_dumps() {
     }
 }
 
+/// rdma-core's rping both ways, connected by the guest kernel's RDMA CM and our NIC's CM
+/// agent: the handshake (REQ, REP, RTU), 300 pings each way with every ping's SEND, RDMA READ,
+/// SEND, RDMA WRITE and SEND, verified (the client's `-V`; our server checks every ping it
+/// reads), and the teardown (DREQ, DREP); then ucmatose both ways (100 messages of 1000 bytes
+/// each way, the server disconnecting). With `ROCE_REGENERATE_CAPTURES=1` the CM MADs of the
+/// run replace `captures/softroce/rdma-cm-tools/rping-ucmatose-rxe.pcap`.
+#[test]
+fn rping_through_the_rdma_cm() {
+    let captures = interop::run(&Group {
+        name: "rping",
+        link_mtu: 1500,
+        faults: None,
+        capture_each: false,
+        via_switch: false,
+        scenarios: scenarios(&[(Rping, "-C 300 -V"), (Ucmatose, "-C 100 -S 1000")]),
+    });
+    if let (Some(nic), true) = (captures.first(), interop::captures::regenerate()) {
+        interop::pair::commit_handshakes(nic, RPING_CAPTURE);
+    }
+}
+
+/// Where the rping and ucmatose runs' handshakes are committed.
+const RPING_CAPTURE: &str = "rdma-cm-tools/rping-ucmatose-rxe.pcap";
+
+/// The committed rping and ucmatose handshakes (no guest needed): connections both ways, ours
+/// to the guest's servers and the guest's clients to ours, each REQ, REP, RTU, DREQ and DREP,
+/// every REQ with the RDMA CM header of its sender and receiver. (`--test tshark` compares
+/// every field with tshark's.)
+#[test]
+fn the_committed_rdma_cm_tools_capture_holds_handshakes_both_ways() {
+    use roce_wire::cm::Message;
+    use roce_wire::{cma, Ipv4Address};
+    let pcap = interop::captures::committed_dir().join(RPING_CAPTURE);
+    let mads = interop::pair::cm_mads(&pcap);
+    let (us, guest) = (
+        Ipv4Address::new(10, 77, 0, 1),
+        Ipv4Address::new(10, 77, 0, 2),
+    );
+    for (from, to) in [(us, guest), (guest, us)] {
+        let sent = |by: Ipv4Address, name: &str| {
+            mads.iter()
+                .filter(|m| m.from == by && m.cm.message.attribute_id().name() == name)
+                .count()
+        };
+        let accepted: Vec<_> = mads
+            .iter()
+            .filter_map(|m| match m.cm.message {
+                Message::Req(r) if m.from == from => Some(r),
+                _ => None,
+            })
+            .collect();
+        assert!(!accepted.is_empty(), "no REQ from {from}");
+        for req in &accepted {
+            let header = cma::Repr::parse(&cma::Packet::new_unchecked(
+                &req.private_data.as_bytes()[..cma::HEADER_LEN],
+            ))
+            .unwrap();
+            assert_eq!((header.src, header.dst), (from.into(), to.into()));
+        }
+        // The passive side's REP and the active side's RTU: one connection each way.
+        assert!(
+            sent(to, "REP") >= 1 && sent(from, "RTU") >= 1,
+            "{from}: {mads:?}"
+        );
+    }
+    for message in ["DREQ", "DREP"] {
+        assert!(
+            mads.iter()
+                .filter(|m| m.cm.message.attribute_id().name() == message)
+                .count()
+                >= 2,
+            "{message}"
+        );
+    }
+}
+
 /// Two guests, no NIC of ours: the RDMA CM's tools connect one rxe to the other through the
 /// kernels' CMs, every message of a handshake on the wire — REJ for an unused port, MRA from a
 /// server slow to accept, SIDR for a UD port — as `interop::pair::check` lists. With
@@ -298,4 +374,225 @@ fn the_committed_rdma_cm_capture_holds_every_handshake_message() {
         .lines()
         .next()
         .is_some_and(|h| h.ends_with("infiniband.cm.req.remoteqpneecn")));
+}
+
+/// P_Keys (issue 22), one guest boot. rxe's port is a full member of the default partition and
+/// nothing else (its table holds 0xffff alone, recorded below), and rxe matches by the IBTA's
+/// rule; our NIC runs as a limited member (`--pkey 0x7fff`). rxe's answers, case by case:
+///
+/// - 0x7fff (limited) on our requests and our ACKs, as our NIC sends them: taken — rxe executes
+///   and ACKs every request and completes its own sends on our ACKs; and rxe's 0xffff is taken
+///   by our limited port (nothing counted in our `rx_bad_pkey`).
+/// - 0x1234 on our ACKs (a relay rewrites them): dropped — not counted in `rcvd_pkts`, and rxe
+///   sends its request again and again, as if the ACK were lost.
+/// - 0x1234 on our requests: dropped silently — no ACK, no NAK, nothing counted.
+/// - 0x7fff at a limited member: rxe cannot be one (its table is fixed), so the case is ours:
+///   rxe's frames rewritten to 0x7fff, requests and ACKs, reach our limited port, which refuses
+///   them (`rx_bad_pkey`); rxe resends its unacknowledged pong until its tool is killed.
+#[test]
+fn p_keys_rxe_takes_and_refuses() {
+    use interop::pkey::{self, Frames, Mode, Run};
+    use std::net::SocketAddr;
+    use std::time::{Duration, Instant};
+    use support::{free_udp_port, Env, Nic};
+
+    let _one = interop::ONE_GUEST.lock().unwrap_or_else(|e| e.into_inner());
+    if !interop::guest::ready() {
+        return;
+    }
+    let started = Instant::now();
+    let dir = interop::output_dir("pkey");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let env = Env::new("pkey");
+    let addr = || -> SocketAddr { format!("127.0.0.1:{}", free_udp_port()).parse().unwrap() };
+    let (guest, ours) = (addr(), addr());
+    let relay = pkey::Relay::start(guest, ours);
+    let nic = Nic {
+        name: env.name("n"),
+        ip: format!("{}/24", interop::guest::NIC_IP),
+        link: format!("cable:{ours},{}", relay.nic_side),
+        mtu: 1500,
+        neighbours: Vec::new(),
+        pcap: Some(dir.join("nic.pcap")),
+        netns: None,
+        extra: ["--pkey", "0x7fff", "--rate", "200M"]
+            .map(String::from)
+            .to_vec(),
+    };
+    let nic_proc = env.nic(&nic);
+    let runs = [
+        Run {
+            name: "0x7fff (ours, a limited member) on requests and ACKs",
+            guest_serves: true,
+            guest_limit: 60,
+            our_limit: 60,
+            rewrite: None,
+        },
+        Run {
+            name: "0x1234 on our ACKs",
+            guest_serves: false,
+            guest_limit: 8,
+            our_limit: 12,
+            rewrite: Some((Frames::OurResponses, 0x1234)),
+        },
+        Run {
+            name: "0x1234 on our requests",
+            guest_serves: true,
+            guest_limit: 8,
+            our_limit: 15,
+            rewrite: Some((Frames::OurRequests, 0x1234)),
+        },
+        Run {
+            name: "0x7fff on rxe's requests and ACKs, at our limited port",
+            guest_serves: true,
+            guest_limit: 8,
+            our_limit: 15,
+            rewrite: Some((Frames::Rxes, 0x7fff)),
+        },
+    ];
+    const FIRST_PORT: u16 = 19400;
+    let script = dir.join("guest.sh");
+    std::fs::write(&script, pkey::guest_script(&runs, FIRST_PORT)).unwrap();
+    let limit = 120 + runs.iter().map(|r| r.guest_limit).sum::<u32>();
+    let mut vm = pkey::start_guest(guest, relay.guest_side, &script, limit);
+
+    // Our NIC's counters before the first run and after each.
+    let refused = || {
+        let info = env.run(&["host", "info", "--nic", &nic.name, "--counters"]);
+        let value = |name: &str| -> u64 {
+            info.stdout
+                .lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+                .unwrap_or_else(|| panic!("no {name} in {}", info.stdout))
+        };
+        (value("rx_bad_pkey"), value("rx_unknown_qp"))
+    };
+    let mut ours_refused = vec![refused()];
+    let mut our_runs = Vec::new();
+    for (n, run) in runs.iter().enumerate() {
+        relay.set(Mode {
+            scenario: n,
+            rewrite: run.rewrite,
+        });
+        let mut args: Vec<String> = ["pingpong", "rc", "-p"].map(String::from).to_vec();
+        args.push((FIRST_PORT + n as u16).to_string());
+        args.extend(pkey::PINGPONG.split_whitespace().map(String::from));
+        if run.guest_serves {
+            args.push(interop::guest::GUEST_IP.into());
+        }
+        let step = run.our_limit.to_string();
+        args.extend(["--nic".into(), nic.name.clone(), "--timeout".into(), step]);
+        args.extend(["--connect-retry".into(), limit.to_string()]);
+        let mut proc = env.spawn(&args, false);
+        let status = proc.wait(Duration::from_secs(u64::from(limit) + 60));
+        our_runs.push((status, proc.drain_stdout(), proc.stderr()));
+        ours_refused.push(refused());
+    }
+    vm.wait(Duration::from_secs(u64::from(limit) + 30));
+    let console_text = vm.drain_stdout();
+    std::fs::write(dir.join("console.log"), &console_text).unwrap();
+    let console = interop::guest::Console::new(&console_text);
+    let (bad_pkey_at_end, unknown_qp_at_end) = refused();
+    drop(nic_proc);
+    let crossed = relay.finish();
+
+    let rxe_table: Vec<&str> = console
+        .lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("RXE-PKEY "))
+        .collect();
+    assert_eq!(rxe_table, ["0 0xffff", "1 none"], "rxe's P_Key table");
+    let rcvd = pkey::rcvd_pkts(&console);
+    assert_eq!(rcvd.len(), runs.len() + 1, "{console_text}");
+    let mut table = String::new();
+    for (n, run) in runs.iter().enumerate() {
+        let here: Vec<&pkey::Crossed> = crossed.iter().filter(|c| c.scenario == n).collect();
+        let ours: Vec<&&pkey::Crossed> = here.iter().filter(|c| !c.from_guest).collect();
+        let theirs: Vec<&&pkey::Crossed> = here.iter().filter(|c| c.from_guest).collect();
+        let rewritten = here.iter().filter(|c| c.rewritten).count() as u64;
+        let taken = rcvd[n + 1] - rcvd[n];
+        let we_refused = ours_refused[n + 1].0 - ours_refused[n].0;
+        let guest = console.scenario(n);
+        let (status, stdout, stderr) = &our_runs[n];
+        let what = format!(
+            "{}:\nours: {status} {stdout}{stderr}\nguest: {:?} {}",
+            run.name, guest.status, guest.output
+        );
+        // The first request rxe sent, and how often it sent it.
+        let first = theirs.iter().find(|c| c.opcode < 0x10);
+        let sent_again = first.map_or(0, |f| {
+            theirs
+                .iter()
+                .filter(|c| c.opcode == f.opcode && c.psn == f.psn)
+                .count()
+        });
+        let _ = std::fmt::Write::write_fmt(
+            &mut table,
+            format_args!(
+                "  {:55} {rewritten:3} rewritten; ours {:3}, rxe took {taken:3}; rxe's {:3}, we refused {we_refused:3}; rxe's first request {sent_again}x\n",
+                run.name,
+                ours.len(),
+                theirs.len()
+            ),
+        );
+        match run.rewrite {
+            None => {
+                assert!(status.success() && stdout.contains("verified: "), "{what}");
+                assert_eq!(guest.status, Some(0), "{what}");
+                assert!(guest.output.contains("5 iters in"), "{what}");
+                assert!(ours.iter().all(|c| c.p_key == 0x7fff), "{what}");
+                assert!(theirs.iter().all(|c| c.p_key == 0xffff), "{what}");
+                // rxe took every packet we sent, requests and ACKs alike, and we all of its.
+                assert!(
+                    ours.iter().any(|c| c.opcode == 0x11),
+                    "{what}: no ACK of ours"
+                );
+                assert_eq!(taken, ours.len() as u64, "{what}");
+                assert_eq!(we_refused, 0, "{what}");
+            }
+            Some((Frames::OurResponses, _)) => {
+                assert!(!status.success(), "{what}");
+                assert!(killed_by_its_limit(guest.status), "{what}");
+                assert!(rewritten > 0, "{what}");
+                // rxe took our requests (the pong) but none of our ACKs, and sent its ping again.
+                assert_eq!(taken, ours.len() as u64 - rewritten, "{what}");
+                assert!(sent_again >= 2, "{what}");
+            }
+            Some((Frames::OurRequests, _)) => {
+                assert!(!status.success(), "{what}");
+                assert!(killed_by_its_limit(guest.status), "{what}");
+                assert!(rewritten >= 2, "{what}: sent, and sent again");
+                assert_eq!(rewritten, ours.len() as u64, "{what}");
+                assert_eq!(taken, 0, "{what}");
+                assert!(theirs.is_empty(), "{what}: rxe answered");
+            }
+            Some((Frames::Rxes, _)) => {
+                assert!(!status.success(), "{what}");
+                assert!(killed_by_its_limit(guest.status), "{what}");
+                assert_eq!(rewritten, theirs.len() as u64, "{what}");
+                // rxe took our requests; we refused its ACKs and its pong while our QP lived,
+                // and what came after was for a QP gone.
+                assert_eq!(taken, ours.len() as u64, "{what}");
+                assert!(we_refused >= 1, "{what}");
+                let unknown = unknown_qp_at_end - ours_refused[n].1;
+                assert_eq!(
+                    bad_pkey_at_end - ours_refused[n].0 + unknown,
+                    rewritten,
+                    "{what}"
+                );
+                assert!(sent_again >= 2, "{what}: rxe resent its pong");
+            }
+        }
+    }
+    eprintln!(
+        "group pkey: {} runs in {:.1} s\n{table}",
+        runs.len(),
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// `timeout` ended the guest's tool: 124, or 143 (SIGTERM) when busybox's applet runs it.
+fn killed_by_its_limit(status: Option<i32>) -> bool {
+    matches!(status, Some(124 | 143))
 }

@@ -85,7 +85,20 @@ fn perftest_through_two_nic_processes() {
     let env = Env::new("ptn");
     let (a, b) = cabled_pair(&env, 82);
     let _nics = (env.nic(&a), env.nic(&b));
-    for (test, extra) in [("read_bw", "-s 3000"), ("atomic_bw", "-A CMP_AND_SWAP")] {
+    for (test, extra, server_checked, client_checked) in [
+        (
+            "read_bw",
+            "-s 3000",
+            "verified: our memory is unchanged and the NIC read ",
+            "verified: 50 RDMA READs of 3000 bytes; every READ of a place brought the same bytes",
+        ),
+        (
+            "atomic_bw",
+            "-A CMP_AND_SWAP",
+            "verified: memory is unchanged (compare 0, swap 0) and the NIC executed ",
+            "verified: 50 compare-and-swaps; at each of ",
+        ),
+    ] {
         let mut args = vec!["perftest", test, "-n", "50", "--timeout", "20"];
         args.extend(extra.split(' '));
         let server: Vec<&str> = args.iter().copied().chain(["--nic", &a.name]).collect();
@@ -95,10 +108,10 @@ fn perftest_through_two_nic_processes() {
             .chain(["--nic", &b.name, "--connect-retry", "20", "10.82.0.1"])
             .collect();
         let (s, c) = pair(&env, &server, &client);
-        for done in [&s, &c] {
+        for (done, checked) in [(&s, server_checked), (&c, client_checked)] {
             assert_ran(
                 done,
-                &[" #bytes     #iterations    BW peak[MB/sec]", "verified: "],
+                &[" #bytes     #iterations    BW peak[MB/sec]", checked],
             );
         }
         // The server prints the client's report, as perftest's server does.
@@ -110,6 +123,83 @@ fn perftest_through_two_nic_processes() {
         assert_eq!(row(&s.stdout), row(&c.stdout), "{}\n{}", s.stdout, c.stdout);
         assert!(row(&c.stdout).is_some(), "{}", c.stdout);
     }
+}
+
+/// Every line of a command's standard output as a JSON object.
+fn json_lines(done: &Finished) -> Vec<serde_json::Value> {
+    assert!(done.status.success(), "{}{}", done.stdout, done.stderr);
+    done.stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}")))
+        .collect()
+}
+
+#[test]
+fn pingpong_and_perftest_figures_come_as_json_lines() {
+    let env = Env::new("pjs");
+    let (a, b) = cabled_pair(&env, 83);
+    let _nics = (env.nic(&a), env.nic(&b));
+    let side = |extra: &[&str], nic: &str, peer: Option<&str>| -> Vec<String> {
+        let mut args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        args.extend(["--json", "--timeout", "20", "--nic", nic].map(String::from));
+        if let Some(peer) = peer {
+            args.extend(["--connect-retry", "20", peer].map(String::from));
+        }
+        args
+    };
+    let run = |extra: &[&str]| {
+        let (s, c) = (
+            side(extra, &a.name, None),
+            side(extra, &b.name, Some("10.83.0.1")),
+        );
+        let s: Vec<&str> = s.iter().map(String::as_str).collect();
+        let c: Vec<&str> = c.iter().map(String::as_str).collect();
+        pair(&env, &s, &c)
+    };
+
+    let (s, c) = run(&["pingpong", "rc", "-n", "30", "-s", "3000"]);
+    for done in [&s, &c] {
+        let lines = json_lines(done);
+        assert_eq!(lines.len(), 1, "{}", done.stdout);
+        let l = &lines[0];
+        assert_eq!(l["program"], "rc");
+        assert_eq!(
+            (l["size_bytes"].as_u64(), l["iterations"].as_u64()),
+            (Some(3000), Some(30))
+        );
+        assert_eq!(l["bytes"].as_u64(), Some(2 * 3000 * 30));
+        assert_eq!(l["verified_messages"].as_u64(), Some(30), "{l}");
+        assert!(l["usec_per_iter"].as_f64().unwrap() > 0.0, "{l}");
+        // The tool's own text still reaches the user, on standard error.
+        assert!(done.stderr.contains("30 iters in "), "{}", done.stderr);
+    }
+
+    let (s, c) = run(&["perftest", "write_bw", "-n", "40", "-s", "4096"]);
+    for done in [&s, &c] {
+        let lines = json_lines(done);
+        assert_eq!(lines.len(), 1, "{}", done.stdout);
+        let l = &lines[0];
+        assert_eq!(
+            (l["test"].as_str(), l["size_bytes"].as_u64()),
+            (Some("write_bw"), Some(4096))
+        );
+        assert!(l["average_mib_per_s"].as_f64().unwrap() > 0.0, "{l}");
+        assert!(l["verified"].as_str().is_some_and(|v| !v.is_empty()), "{l}");
+    }
+    // Both sides print the client's report, as perftest does.
+    assert_eq!(
+        json_lines(&s)[0]["average_mib_per_s"],
+        json_lines(&c)[0]["average_mib_per_s"]
+    );
+
+    let (_, c) = run(&["perftest", "send_lat", "-n", "30", "-s", "64"]);
+    let l = &json_lines(&c)[0];
+    assert_eq!(l["test"], "send_lat");
+    let (min, typical) = (
+        l["min_us"].as_f64().unwrap(),
+        l["typical_us"].as_f64().unwrap(),
+    );
+    assert!(min > 0.0 && min <= typical, "{l}");
 }
 
 fn assert_fails(done: &Finished, code: i32, message: &str) {
@@ -408,4 +498,43 @@ fn bench_qps_alone_holds_many_qps_to_one_and_prints_lines() {
         2,
         "--faults is for the in-process figures alone, not with --all or --qps",
     );
+}
+
+/// `--pkey` for a NIC of the tool's own: a limited member of the default partition talks to a
+/// full member, and not to another limited member.
+#[test]
+fn pingpong_between_partition_members() {
+    let env = Env::new("ppk");
+    for (server_key, client_key, talks) in [("0x7fff", "0xffff", true), ("0x7fff", "0x7fff", false)]
+    {
+        let (a, b) = cable();
+        let common = ["pingpong", "rc", "-n", "3", "-s", "64", "--timeout", "3"];
+        let server: Vec<&str> = common
+            .iter()
+            .copied()
+            .chain(["--link", &a, "--ip", "10.82.0.1", "--pkey", server_key])
+            .collect();
+        let client: Vec<&str> = common
+            .iter()
+            .copied()
+            .chain(["--link", &b, "--ip", "10.82.0.2", "--pkey", client_key])
+            .chain(["--connect-retry", "20", "10.82.0.1"])
+            .collect();
+        let (s, c) = pair(&env, &server, &client);
+        for done in [&s, &c] {
+            if talks {
+                assert_ran(done, &["verified: 3 messages received"]);
+            } else {
+                assert!(!done.status.success(), "{}", done.stdout);
+            }
+        }
+        if !talks {
+            // The client's SEND was never taken: its retries ran out.
+            assert!(
+                c.stderr.contains("transport retry counter exceeded"),
+                "{}",
+                c.stderr
+            );
+        }
+    }
 }

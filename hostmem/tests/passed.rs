@@ -114,6 +114,7 @@ fn descriptors_that_are_not_shared_memory_are_refused() {
         unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
     assert!(fd >= 0);
     assert_eq!(
+        // SAFETY: `fd` is a valid memfd of ours.
         unsafe { libc::fcntl(fd, libc::F_ADD_SEALS, libc::F_SEAL_SHRINK) },
         0
     );
@@ -142,7 +143,7 @@ fn an_unsealed_file_must_belong_to_the_peer_and_be_writable_by_nobody_else() {
 #[test]
 fn attach_refuses_a_name_another_user_planted() {
     if me() != 0 {
-        eprintln!("SKIPPED: planting a file as another user needs root");
+        roce_testkit::skip("planting a file as another user needs root");
         return;
     }
     let name = unique("planted");

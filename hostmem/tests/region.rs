@@ -179,6 +179,7 @@ fn dev_shm_size() -> u64 {
     let dir = std::fs::File::open("/dev/shm").unwrap();
     // SAFETY: statvfs is plain old data, filled in by the call on a valid descriptor.
     let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid descriptor and a writable statvfs.
     assert_eq!(unsafe { libc::fstatvfs(dir.as_raw_fd(), &mut stat) }, 0);
     stat.f_blocks * stat.f_frsize
 }

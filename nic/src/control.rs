@@ -11,6 +11,7 @@ use std::time::Duration;
 use roce_hostmem::{Access, MrKeys, Region, VaBase};
 use serde::{Deserialize, Serialize};
 
+use crate::cm::{CmEvent, ConnParam};
 use crate::counters::Snapshot;
 use crate::cq::EventLine;
 use crate::host::codec::fields;
@@ -115,6 +116,45 @@ pub enum Request {
     BindHost {
         host: u32,
     },
+    /// The RDMA CM: listens for connect requests to `addr` (an unspecified IP: every address
+    /// of the port); answered with [`Response::CmId`], the listening ID.
+    CmListen {
+        #[serde(with = "fields::socket_addr")]
+        addr: SocketAddr,
+    },
+    /// Connects RC QP `qpn` to a listener at `dst`: the engine sends the REQ and answers with
+    /// [`Response::CmId`]; the outcome comes as an event.
+    CmConnect {
+        qpn: u32,
+        #[serde(with = "fields::socket_addr")]
+        dst: SocketAddr,
+        param: ConnParam,
+    },
+    /// Accepts the connect request `id` on RC QP `qpn` (moved to RTR and RTS, REP sent).
+    CmAccept {
+        id: u32,
+        qpn: u32,
+        param: ConnParam,
+    },
+    /// Refuses the connect request `id` (REJ, reason 28, with `private_data`).
+    CmReject {
+        id: u32,
+        #[serde(deserialize_with = "fields::at_most::<_, _, { crate::cm::MAX_PRIVATE_DATA }>")]
+        private_data: Vec<u8>,
+    },
+    /// Disconnects `id` (its QP to the error state, DREQ sent).
+    CmDisconnect {
+        id: u32,
+    },
+    /// Destroys `id`: a listener stops, a connection is refused or disconnected.
+    CmDestroyId {
+        id: u32,
+    },
+    /// The host's next CM event ([`Response::CmEvent`]); answered when one comes, or with a
+    /// timed-out error after `timeout`.
+    CmGetEvent {
+        timeout: Option<Duration>,
+    },
 }
 
 /// What the device tells a host that opens it.
@@ -134,6 +174,9 @@ pub struct DeviceInfo {
     pub max_qp_rd_atom: u8,
     /// Every limit of the device, in all and per host (`ibv_devinfo -v` shows the first).
     pub limits: crate::limits::Limits,
+    /// The port's P_Key table (`ibv_query_pkey`).
+    #[serde(with = "fields::pkey_table")]
+    pub pkeys: crate::pkey::PKeyTable,
 }
 
 /// Most GIDs a device description may list.
@@ -197,6 +240,9 @@ pub enum Response {
         port: u16,
     },
     Done,
+    /// A new RDMA CM ID (listening or connecting).
+    CmId(u32),
+    CmEvent(Box<CmEvent>),
 }
 
 /// Where the engine sends the answer to one request (sometimes later, e.g. once a TCP

@@ -2,12 +2,15 @@
 //! event line to wake a host program that waits for one.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
+
 use crate::counters::{self, Counters};
+use crate::eventfd::EventFd;
 use crate::ring::{Producer, Ring};
 use crate::verbs::types::{Wc, WcStatus};
 use crate::wqe::{encode_cqe, CQE_SIZE};
@@ -15,60 +18,57 @@ use crate::wqe::{encode_cqe, CQE_SIZE};
 /// An eventfd a host program sleeps on until the engine signals a completion.
 #[derive(Debug)]
 pub struct EventLine {
-    fd: OwnedFd,
+    fd: EventFd,
 }
 
 impl EventLine {
     pub fn new() -> io::Result<Arc<EventLine>> {
-        // SAFETY: plain system call; the result is checked.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fd` is new and owned by nobody else.
         Ok(Arc::new(EventLine {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            fd: EventFd::new()?,
         }))
     }
 
     pub fn from_fd(fd: OwnedFd) -> Arc<EventLine> {
-        Arc::new(EventLine { fd })
+        Arc::new(EventLine {
+            fd: EventFd::from_fd(fd),
+        })
     }
 
     pub fn fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
+        self.fd.as_fd().as_raw_fd()
     }
 
     pub fn signal(&self) {
-        let one: u64 = 1;
-        // SAFETY: writes a valid u64 to our eventfd.
-        unsafe { libc::write(self.fd(), (&one as *const u64).cast(), 8) };
+        self.fd.signal();
     }
 
     /// Waits until signalled, `timeout` passes, or `hangup` (the NIC's end of a connection)
     /// hangs up. Consumes the signal.
     pub fn wait(&self, timeout: Option<Duration>, hangup: Option<BorrowedFd<'_>>) -> Woken {
-        let watch = |fd: RawFd, events| libc::pollfd {
-            fd,
-            events,
-            revents: 0,
-        };
-        let mut fds = [
-            watch(self.fd(), libc::POLLIN),
-            // Only the hang-up is of interest: the connection's answers are read elsewhere.
-            watch(hangup.map_or(-1, |fd| fd.as_raw_fd()), libc::POLLRDHUP),
-        ];
-        let ms = timeout.map_or(-1, |t| {
-            t.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int
+        let timeout = timeout.map(|t| {
+            Timespec::try_from(t).unwrap_or(Timespec {
+                tv_sec: i64::MAX,
+                tv_nsec: 0,
+            })
         });
-        // SAFETY: two valid pollfds; a negative fd is ignored by poll.
-        let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
-        if ready > 0 && fds[1].revents & (libc::POLLHUP | libc::POLLRDHUP | libc::POLLERR) != 0 {
+        let signalled = PollFd::new(&self.fd, PollFlags::IN);
+        let (ready, hung_up) = match hangup {
+            Some(hangup) => {
+                // Only the hang-up is of interest: the connection's answers are read elsewhere.
+                let mut fds = [
+                    signalled,
+                    PollFd::from_borrowed_fd(hangup, PollFlags::RDHUP),
+                ];
+                let ready = poll(&mut fds, timeout.as_ref()).unwrap_or(0);
+                let gone = PollFlags::HUP | PollFlags::RDHUP | PollFlags::ERR;
+                (ready, fds[1].revents().intersects(gone))
+            }
+            None => (poll(&mut [signalled], timeout.as_ref()).unwrap_or(0), false),
+        };
+        if hung_up {
             return Woken::HungUp;
         }
-        let mut count = 0u64;
-        // SAFETY: reads into a valid u64 from a non-blocking eventfd.
-        unsafe { libc::read(self.fd(), (&mut count as *mut u64).cast(), 8) };
+        self.fd.drain();
         if ready > 0 {
             Woken::Signalled
         } else {

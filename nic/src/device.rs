@@ -41,9 +41,15 @@ pub struct DeviceConfig {
     pub resolve_timeout: Duration,
     /// Follow Soft-RoCE where it deviates from the IBTA spec.
     pub rxe_compat: bool,
+    /// The port's P_Key table (default: 0xffff, full member of the default partition).
+    pub pkeys: crate::pkey::PKeyTable,
     pub rings: RingMemory,
     /// What hosts may create, in all and per host.
     pub limits: crate::limits::Limits,
+    /// The CM's response timeout code (4.096 µs × 2^code): how long the peer is told we may
+    /// take, and half the time a REQ, REP or DREQ waits before it is sent again. The RDMA CM's
+    /// 20 (4.3 s) by default; tests that lose MADs on purpose use less.
+    pub cm_response_timeout: u8,
 }
 
 impl DeviceConfig {
@@ -69,8 +75,10 @@ impl DeviceConfig {
             neighbours: Vec::new(),
             resolve_timeout: DEFAULT_RESOLVE_TIMEOUT,
             rxe_compat: false,
+            pkeys: crate::pkey::PKeyTable::default(),
             rings: RingMemory::Private,
             limits: crate::limits::Limits::default(),
+            cm_response_timeout: crate::engine::CM_RESPONSE_TIMEOUT,
         }
     }
 
@@ -195,6 +203,7 @@ impl Device {
             gids: config.gids(),
             max_mtu,
             neighbours: config.neighbours.iter().copied().collect::<HashMap<_, _>>(),
+            pkeys: config.pkeys.clone(),
         };
         let engine = Engine::new(Setup {
             name: config.name.clone(),
@@ -212,6 +221,7 @@ impl Device {
             rings: config.rings.clone(),
             rxe_compat: config.rxe_compat,
             limits: config.limits,
+            cm_response_timeout: config.cm_response_timeout,
         })?;
         let thread = std::thread::Builder::new()
             .name(format!("{}-engine", config.name))

@@ -16,14 +16,17 @@
 
 pub mod bench;
 pub mod buf;
+pub mod cm;
 pub mod control;
 pub mod counters;
 pub mod cq;
 mod device;
 mod engine;
+pub mod eventfd;
 pub mod host;
 pub mod limits;
 pub mod link;
+pub mod pkey;
 pub mod port;
 pub mod qp;
 pub mod ring;

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use roce_hostmem::{Access, PdId, Region};
 use roce_wire::EthernetAddress;
 
+use crate::pkey::{self, PKeyTable};
 use crate::ring::{Consumer, Geometry, Ring, RingError};
 use crate::transport::requester::SendState;
 use crate::transport::responder::{self, RecvState};
@@ -67,6 +68,7 @@ pub struct PortInfo {
     /// Largest path MTU the port's link carries.
     pub max_mtu: Mtu,
     pub neighbours: HashMap<IpAddr, EthernetAddress>,
+    pub pkeys: PKeyTable,
 }
 
 /// Most READs and atomics one QP may have outstanding, either way.
@@ -247,6 +249,9 @@ pub struct Qp {
     pub sq_sig_all: bool,
     /// Follow Soft-RoCE where it deviates from the IBTA spec (retry_cnt 7 retries for ever).
     pub rxe_compat: bool,
+    /// The P_Key of the partition the QP is in (the port's table at `attrs.pkey_index`): in
+    /// every packet it sends, and what every packet it takes must match.
+    pub p_key: u16,
     rings: Arc<Region>,
     geometry: (Geometry, Geometry),
 }
@@ -295,6 +300,7 @@ impl Qp {
             recv: RecvState::new(0, rq_geometry.slot_size, &cap),
             sq_sig_all,
             rxe_compat: false,
+            p_key: pkey::DEFAULT,
             rings,
             geometry: (sq_geometry, rq_geometry),
         })
@@ -386,7 +392,10 @@ impl Qp {
         range("min_rnr_timer", attr.min_rnr_timer, 31)?;
         range("max_rd_atomic", attr.max_rd_atomic, MAX_RD_ATOMIC)?;
         range("max_dest_rd_atomic", attr.max_dest_rd_atomic, MAX_RD_ATOMIC)?;
-        if let Some(i) = attr.pkey_index.filter(|i| *i != 0) {
+        if let Some(i) = attr
+            .pkey_index
+            .filter(|i| usize::from(*i) >= port.pkeys.len())
+        {
             return Err(ModifyError::Value {
                 attr: "pkey_index",
                 value: i.into(),
@@ -448,12 +457,13 @@ impl Qp {
         })
     }
 
-    /// Applies a modify that [`Qp::check_modify`] accepted.
+    /// Applies a modify that [`Qp::check_modify`] accepted; `pkeys` is the port's P_Key table.
     pub fn apply_modify(
         &mut self,
         attr: &QpAttr,
         to: QpState,
         path: Option<Path>,
+        pkeys: &PKeyTable,
         ctx: &mut Ctx<'_>,
     ) {
         let a = &mut self.attrs;
@@ -491,6 +501,8 @@ impl Qp {
             QpState::Reset => self.reset(),
             _ => {}
         }
+        // check_modify kept the index inside the table.
+        self.p_key = pkeys.get(self.attrs.pkey_index).unwrap_or(pkey::DEFAULT);
     }
 
     /// Moves the QP to the error state: every outstanding work request completes with a flush

@@ -67,6 +67,7 @@ pub struct Ring {
 // SAFETY: the ring's memory is only touched through atomics (indices) and through slot copies
 // whose ownership the indices hand back and forth; `region` keeps it mapped.
 unsafe impl Send for Ring {}
+// SAFETY: as for Send: shared access goes through atomics and index-handed slots only.
 unsafe impl Sync for Ring {}
 
 /// Why a ring could not be laid out or attached.

@@ -6,10 +6,12 @@
 //! to memory, as with a hardware NIC's doorbell record.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use crate::eventfd::EventFd;
 
 /// A file descriptor a sleeping engine watches, and for what.
 #[derive(Debug, Clone, Copy)]
@@ -38,7 +40,7 @@ impl Interest {
 pub struct Waker {
     /// Non-zero while the engine sleeps (or is about to).
     sleeping: SharedWord,
-    eventfd: OwnedFd,
+    eventfd: EventFd,
     /// The doorbells of host programs in other processes, one each (a word in memory that host
     /// maps, and an eventfd): a host that clears its "sleeping" word or drains its eventfd
     /// only keeps its own doorbells from waking the engine, never another host's.
@@ -55,6 +57,7 @@ pub struct SharedWord {
 
 // SAFETY: the word is only accessed atomically, and `_keep` keeps its memory alive.
 unsafe impl Send for SharedWord {}
+// SAFETY: as for Send: every access to the word is atomic.
 unsafe impl Sync for SharedWord {}
 
 impl SharedWord {
@@ -93,19 +96,15 @@ impl AsFd for Waker {
 
 impl Waker {
     pub fn new(sleeping: SharedWord) -> io::Result<Arc<Waker>> {
-        // SAFETY: plain system call; the result is checked.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fd` was just created and is owned by nobody else.
-        Ok(Waker::from_parts(sleeping, unsafe {
-            OwnedFd::from_raw_fd(fd)
-        }))
+        Ok(Waker::with_eventfd(sleeping, EventFd::new()?))
     }
 
     /// A waker whose eventfd another process handed over.
     pub fn from_parts(sleeping: SharedWord, eventfd: OwnedFd) -> Arc<Waker> {
+        Waker::with_eventfd(sleeping, EventFd::from_fd(eventfd))
+    }
+
+    fn with_eventfd(sleeping: SharedWord, eventfd: EventFd) -> Arc<Waker> {
         Arc::new(Waker {
             sleeping,
             eventfd,
@@ -152,16 +151,7 @@ impl Waker {
 
     /// Wakes the engine unconditionally.
     pub fn signal(&self) {
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a valid u64 to our own eventfd. A full counter (EAGAIN)
-        // already means "wake up".
-        unsafe {
-            libc::write(
-                self.eventfd.as_raw_fd(),
-                (&one as *const u64).cast(),
-                std::mem::size_of::<u64>(),
-            );
-        }
+        self.eventfd.signal();
     }
 
     /// Engine side: announce the intention to sleep. After this, re-check every work source
@@ -198,7 +188,7 @@ impl Waker {
             std::iter::once(self)
                 .chain(hosts.iter().map(|h| &**h))
                 .map(|w| libc::pollfd {
-                    fd: w.eventfd.as_raw_fd(),
+                    fd: w.eventfd.as_fd().as_raw_fd(),
                     events: libc::POLLIN,
                     revents: 0,
                 }),
@@ -216,15 +206,7 @@ impl Waker {
         // SAFETY: `pollfds` is a valid array of pollfd.
         unsafe { libc::poll(pollfds.as_mut_ptr(), pollfds.len() as libc::nfds_t, ms) };
         for w in std::iter::once(self).chain(hosts.iter().map(|h| &**h)) {
-            let mut count = 0u64;
-            // SAFETY: reads 8 bytes into a valid u64 from a non-blocking eventfd.
-            unsafe {
-                libc::read(
-                    w.eventfd.as_raw_fd(),
-                    (&mut count as *mut u64).cast(),
-                    std::mem::size_of::<u64>(),
-                );
-            }
+            w.eventfd.drain();
         }
         self.awake();
     }

@@ -208,13 +208,24 @@ fn a_stopped_nic_fails_the_next_verb_instead_of_hanging() {
         a: (device, server),
         b: other_nic,
     } = nics;
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
     let waiter = std::thread::spawn(move || {
+        tid_tx
+            .send(rustix::thread::gettid().as_raw_nonzero())
+            .unwrap();
         let mut wc = [Wc::default()];
         let started = Instant::now();
         let result = a.cq.try_wait(&mut wc, Some(Duration::from_secs(30)));
         (a, result, started.elapsed())
     });
-    std::thread::sleep(Duration::from_millis(50));
+    // The NIC stops while the waiter is asleep in its wait (not before it begins waiting,
+    // which would test only the refusal of a new verb).
+    let tid = tid_rx.recv().unwrap();
+    let stat = format!("/proc/self/task/{tid}/stat");
+    roce_testkit::eventually("the waiter asleep in its wait", || {
+        std::fs::read_to_string(&stat)
+            .is_ok_and(|s| s[s.rfind(')').unwrap() + 2..].starts_with('S'))
+    });
     device.stop();
     server.stop();
     let (a, result, waited) = waiter.join().unwrap();
@@ -343,4 +354,62 @@ fn tcp_streams_of_the_port_reach_hosts_in_other_processes_as_descriptors() {
         matches!(&refused, VerbsError::Io(e) if e.kind() == std::io::ErrorKind::ConnectionRefused),
         "{refused:?}"
     );
+}
+
+#[test]
+fn the_rdma_cm_connects_hosts_of_nics_behind_sockets() {
+    use roce_nic::cm::{CmEventKind, ConnParam};
+    let dir = Dir::new("cm");
+    let nics = nics(&dir.0, "cm");
+    let a = host(connect(&nics.a), &nic_name("cm", 'x'));
+    let b = host(connect(&nics.b), &nic_name("cm", 'y'));
+    let wait = Some(Duration::from_secs(10));
+    let listener = a.ctx.cm_listen("0.0.0.0:7174".parse().unwrap()).unwrap();
+    // No event yet: the wait times out as asked.
+    let quiet = a.ctx.cm_event(Some(Duration::from_millis(1)));
+    assert!(quiet.is_err_and(|e| e.to_string().contains("no CM event")));
+    let param = |data: &[u8]| ConnParam {
+        private_data: data.to_vec(),
+        ..ConnParam::default()
+    };
+    let active = b
+        .ctx
+        .cm_connect(&b.qp, (ip(1), 7174).into(), &param(b"ping"))
+        .unwrap();
+    let request = a.ctx.cm_event(wait).unwrap();
+    assert_eq!(request.kind, CmEventKind::ConnectRequest);
+    assert_eq!(request.listen_id, Some(listener.id()));
+    assert_eq!(&request.private_data[..4], b"ping");
+    let passive = a.ctx.cm_request_id(&request);
+    passive.accept(&a.qp, &param(b"pong")).unwrap();
+    let established = b.ctx.cm_event(wait).unwrap();
+    assert_eq!(established.kind, CmEventKind::Established);
+    assert_eq!(&established.private_data[..4], b"pong");
+    assert_eq!(a.ctx.cm_event(wait).unwrap().kind, CmEventKind::Established);
+
+    a.region.write(0, b"over the CM").unwrap();
+    post(
+        &a,
+        1,
+        SendOp::RdmaWrite {
+            remote_addr: b.mr.va + 64,
+            rkey: b.mr.rkey,
+        },
+        a.mr.sge(0, 11),
+    );
+    assert_eq!(completion(&a).status, WcStatus::Success);
+    let mut landed = [0u8; 11];
+    b.region.read(64, &mut landed).unwrap();
+    assert_eq!(&landed, b"over the CM");
+
+    passive.disconnect().unwrap();
+    assert_eq!(
+        b.ctx.cm_event(wait).unwrap().kind,
+        CmEventKind::Disconnected
+    );
+    assert_eq!(
+        a.ctx.cm_event(wait).unwrap().kind,
+        CmEventKind::Disconnected
+    );
+    drop(active);
 }

@@ -135,7 +135,7 @@ fn me() -> u32 {
 /// Runs `f` only as root (where another user's process can be made); says so loudly otherwise.
 fn as_root(what: &str) -> bool {
     if me() != 0 {
-        eprintln!("SKIPPED ({what}): acting as another user needs root");
+        roce_testkit::skip(&format!("{what}: acting as another user needs root"));
         return false;
     }
     true

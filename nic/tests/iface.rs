@@ -11,11 +11,11 @@ use std::net::{IpAddr, Shutdown, SocketAddr};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::netns::Netns;
 use common::*;
 use roce_nic::link::iface::{IfaceError, IfaceLink};
 use roce_nic::verbs::*;
 use roce_nic::{Device, DeviceConfig};
+use roce_tests::netns::{Killed, Netns};
 
 /// A NIC at `ip` on interface `ifname` of `ns`, with a link MTU of 1500 like the veth's.
 fn nic(ns: &Netns, name: &str, ifname: &str, ip: IpAddr) -> Device {
@@ -98,7 +98,7 @@ fn the_kernel_pings_the_nic_and_learns_its_mac() {
 }
 
 /// A python3 program in the namespace, bounded by an alarm so it can never hang the test.
-fn python(ns: &Netns, program: &str) -> common::netns::Killed {
+fn python(ns: &Netns, program: &str) -> Killed {
     let bounded = format!("import signal, socket, sys\nsignal.alarm(20)\n{program}");
     ns.spawn(&["/usr/bin/python3", "-c", &bounded])
 }

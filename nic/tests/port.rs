@@ -89,7 +89,8 @@ fn a_peer_nobody_answers_for_fails_after_the_resolve_timeout() {
         "{result:?}"
     );
     assert!(waited >= Duration::from_millis(300), "{waited:?}");
-    assert!(waited < Duration::from_secs(3), "{waited:?}");
+    // Not stuck: a generous bound, for a loaded machine.
+    assert!(waited < Duration::from_secs(20), "{waited:?}");
     assert_eq!(a.qp.query().unwrap().qp_state, Some(QpState::Init));
     // The same peer with its MAC given needs no resolution.
     let mut av = av;
@@ -99,7 +100,13 @@ fn a_peer_nobody_answers_for_fails_after_the_resolve_timeout() {
 
 #[test]
 fn a_peer_off_the_subnet_fails_at_once() {
-    let (dev_a, dev_b) = strangers();
+    // A resolve timeout far beyond any scheduling delay: failing well within it shows that
+    // nothing was resolved (nor waited for).
+    let (la, lb) = mem::pair();
+    let mut ca = DeviceConfig::new("nic-a", ip(1));
+    ca.resolve_timeout = Duration::from_secs(60);
+    let dev_a = Device::start(ca, la).unwrap();
+    let dev_b = Device::start(DeviceConfig::new("nic-b", ip(2)), lb).unwrap();
     let (a, _b) = hosts(&dev_a, &dev_b, QpType::Rc, 4096);
     a.qp.modify(&QpAttr::init(all_access())).unwrap();
     let far = IpAddr::from([10, 0, 1, 2]);
@@ -107,15 +114,63 @@ fn a_peer_off_the_subnet_fails_at_once() {
     let started = Instant::now();
     let result = a.qp.modify(&QpAttr::rtr(av, 0x11, 0, Mtu::M1024));
     assert_eq!(failure_kind(result), ErrorKind::NetworkUnreachable);
-    assert!(started.elapsed() < Duration::from_millis(200));
+    assert!(started.elapsed() < Duration::from_secs(30));
+    assert_eq!(a.qp.query().unwrap().qp_state, Some(QpState::Init));
 }
 
 #[test]
 fn address_handles_wait_for_the_peers_mac() {
     let (dev_a, dev_b) = strangers();
-    let (a, _b) = hosts(&dev_a, &dev_b, QpType::Ud, 4096);
-    a.pd.create_ah(AddressVector::to(Gid::from_ip(ip(2)), 1))
-        .unwrap();
+    let (a, b) = hosts(&dev_a, &dev_b, QpType::Ud, 4096);
+    let ah =
+        a.pd.create_ah(AddressVector::to(Gid::from_ip(ip(2)), 1))
+            .unwrap();
+    // The handle came back once B had answered A's ARP request...
+    assert!(dev_b.counters().rx_not_roce >= 1, "B saw no ARP request");
+    assert!(dev_a.counters().rx_not_roce >= 1, "A got no ARP answer");
+    // ...and holds B's MAC: a datagram sent through it lands in B's QP at once.
+    for host in [&a, &b] {
+        host.qp.modify(&QpAttr::init_ud(0x42)).unwrap();
+        host.qp
+            .modify(&QpAttr {
+                qp_state: Some(QpState::Rtr),
+                ..QpAttr::default()
+            })
+            .unwrap();
+        host.qp
+            .modify(&QpAttr {
+                qp_state: Some(QpState::Rts),
+                sq_psn: Some(0),
+                ..QpAttr::default()
+            })
+            .unwrap();
+    }
+    b.qp.post_recv(&[RecvWr {
+        wr_id: 7,
+        sg_list: &[b.mr.sge(0, 1024)],
+    }])
+    .unwrap();
+    a.write(0, &pattern(100, 5));
+    a.qp.post_send(&[SendWr {
+        wr_id: 1,
+        op: SendOp::Send,
+        sg_list: &[a.mr.sge(0, 100)],
+        flags: SendFlags::SIGNALED,
+        ud: Some(UdDest {
+            ah: ah.handle(),
+            remote_qpn: b.qp.qp_num(),
+            remote_qkey: 0x42,
+        }),
+    }])
+    .unwrap();
+    assert_eq!(a.completion().status, WcStatus::Success);
+    let wc = b.completion();
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.byte_len),
+        (7, WcStatus::Success, 140)
+    );
+    // After the 40-byte GRH area, the datagram.
+    assert_eq!(b.read(40, 100), pattern(100, 5));
 }
 
 fn stream_pair(a: &Device, b: &Device, port: u16) -> (UnixStream, UnixStream, SocketAddr) {
@@ -205,7 +260,8 @@ fn tcp_connect_to_a_port_nobody_listens_on_is_refused() {
     let started = Instant::now();
     let result = ctx.tcp_connect(SocketAddr::new(ip(1), 18515));
     assert_eq!(failure_kind(result), ErrorKind::ConnectionRefused);
-    assert!(started.elapsed() < Duration::from_secs(2));
+    // Refused by the peer's reset, not given up on at the connect timeout.
+    assert!(started.elapsed() < roce_nic::port::CONNECT_TIMEOUT / 2);
 }
 
 #[test]

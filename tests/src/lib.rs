@@ -1,7 +1,11 @@
 //! Helpers shared by the cross-crate test suites: where things are, how a test that needs an
 //! outside tool skips (never under CI), and the captures the project records itself.
 
+#![forbid(unsafe_code)]
+
 pub mod bundled;
+pub mod netns;
+pub mod oracle;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -26,17 +30,9 @@ pub fn shared_captures_dir() -> PathBuf {
     }
 }
 
-/// Whether the run is CI's (`ROCE_CI=1`), where nothing may skip.
-pub fn under_ci() -> bool {
-    std::env::var("ROCE_CI").is_ok_and(|v| v == "1")
-}
-
-/// Skips the calling test loudly, or fails it under CI: a test that needs an outside tool may
-/// skip only where the tool truly cannot run, and CI installs every tool.
-pub fn skip(reason: &str) {
-    assert!(!under_ci(), "{reason}, and ROCE_CI=1 forbids skipping");
-    eprintln!("SKIPPED: {reason}");
-}
+/// A test that needs an outside tool may skip only where the tool truly cannot run, loudly, and
+/// never under CI, which installs every tool; golden files are rewritten only on request.
+pub use roce_testkit::{eventually, regenerate, skip, under_ci};
 
 /// Every file under `dir` (recursively) whose name ends in `.pcap` or `.pcapng`, sorted.
 pub fn captures_under(dir: &Path) -> Vec<PathBuf> {

@@ -13,11 +13,15 @@
 //! Unlike the real tools, these check the data they receive (each tool's documentation says
 //! what exactly), and every wait is bounded, so a lost peer is an error rather than a hang.
 
+#![forbid(unsafe_code)]
+
 pub mod error;
 mod memory;
 pub mod oob;
 pub mod perftest;
 pub mod pingpong;
+pub mod rping;
+pub mod ucmatose;
 
 pub use error::ToolError;
 pub use oob::{Limits, Role};

@@ -75,7 +75,43 @@ fn bandwidth_tests_both_ways() {
                 out.contains(" #bytes     #iterations    BW peak[MB/sec]"),
                 "{out}"
             );
-            assert!(out.contains("verified: "), "{out}");
+        }
+        // What each side checked, exactly: our tools face each other, so the server of a WRITE
+        // test finds precisely the client's bytes, not just bytes other than its fill.
+        let (server_checked, client_checked) = match test {
+            Test::WriteBw => (
+                "writes hold exactly the bytes our client sends from the same places, and the NIC \
+                 wrote "
+                    .to_owned(),
+                format!("300 RDMA WRITEs of {size} bytes completed"),
+            ),
+            Test::ReadBw => (
+                "our memory is unchanged and the NIC read ".to_owned(),
+                format!(
+                    "300 RDMA READs of {size} bytes; every READ of a place brought the same bytes"
+                ),
+            ),
+            _ => (
+                format!(
+                    "300 messages of {size} bytes, each equal to the one sent from the same place \
+                     of the sender's buffer"
+                ),
+                format!("300 SENDs of {size} bytes completed"),
+            ),
+        };
+        for (outcome, out, checked) in [
+            (&server, &server_out, server_checked),
+            (&client, &client_out, client_checked),
+        ] {
+            assert!(
+                outcome.verified.contains(&checked),
+                "{test:?} {size}: {:?} does not say {checked:?}",
+                outcome.verified
+            );
+            assert!(
+                out.contains(&format!("verified: {}\n", outcome.verified)),
+                "{out}"
+            );
         }
         println!(
             "{test:?} {size}:\n  server: {}\n  client: {}",

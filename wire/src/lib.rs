@@ -9,6 +9,8 @@
 //! fields of a parsed frame, with their places and tshark's names, for every view that shows
 //! a packet to a person or compares it with another decoder.
 
+#![forbid(unsafe_code)]
+
 pub mod aeth;
 pub mod atomic_ack_eth;
 pub mod atomic_eth;

@@ -44,6 +44,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             "mac": mac(d.mac),
             "max_mtu": d.max_mtu.bytes(),
             "gids": gids,
+            "pkeys": d.pkeys.keys().iter().map(|k| format!("{k:#06x}")).collect::<Vec<_>>(),
             "max_qp_wr": d.max_qp_wr,
             "max_sge": d.max_sge,
             "max_inline": d.max_inline,
@@ -69,6 +70,14 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     out!("nic {} mac {} max_mtu {}", d.name, mac(d.mac), d.max_mtu)?;
     for (index, gid) in d.gids.iter().enumerate() {
         out!("gid[{index}] {} ({gid})", gid.to_hex())?;
+    }
+    for (index, key) in d.pkeys.keys().iter().enumerate() {
+        let membership = if roce_nic::pkey::is_full_member(*key) {
+            "full"
+        } else {
+            "limited"
+        };
+        out!("pkey[{index}] {key:#06x} ({membership} member)")?;
     }
     out!(
         "max_qp_wr {} max_sge {} max_inline {} max_cqe {} max_qp_rd_atom {}",

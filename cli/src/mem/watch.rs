@@ -22,10 +22,12 @@ const SHOWN_BYTES: usize = 16;
 /// Lines of hexdump shown for one change.
 const SHOWN_LINES: usize = 8;
 
-/// When to stop; with neither, only Ctrl-C stops.
+/// When to stop (with neither a count nor a duration, only Ctrl-C stops), and how to print.
 pub struct Until {
     pub count: Option<u64>,
     pub duration: Option<Duration>,
+    /// One JSON object per line instead of text.
+    pub json: bool,
 }
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
@@ -45,11 +47,21 @@ pub fn watch(region: &Region, name: &str, until: Until, out: &mut impl Write) ->
     let mut old = vec![0; region.len()];
     let mut new = vec![0; region.len()];
     read_all(region, &mut old)?;
-    writeln!(
-        out,
-        "watching region {name} ({}), 10 looks a second; Ctrl-C ends",
-        count(region.len() as u64, "byte")
-    )?;
+    if until.json {
+        let start = serde_json::json!({
+            "event": "watching",
+            "region": name,
+            "size_bytes": region.len(),
+            "looks_per_s": 10,
+        });
+        writeln!(out, "{start}")?;
+    } else {
+        writeln!(
+            out,
+            "watching region {name} ({}), 10 looks a second; Ctrl-C ends",
+            count(region.len() as u64, "byte")
+        )?;
+    }
     let start = Instant::now();
     // A duration too long to add to the clock is as good as none.
     let deadline = until.duration.and_then(|d| start.checked_add(d));
@@ -66,9 +78,31 @@ pub fn watch(region: &Region, name: &str, until: Until, out: &mut impl Write) ->
                 break;
             }
             changes += 1;
-            show_change(out, start.elapsed(), &old, &new, range)?;
+            if until.json {
+                let change = serde_json::json!({
+                    "event": "change",
+                    "at_s": start.elapsed().as_secs_f64(),
+                    "offset": range.start,
+                    "len_bytes": range.len(),
+                    "old_hex": hex(&old[range.clone()]),
+                    "new_hex": hex(&new[range.clone()]),
+                    "watcher": CpuUse::now().json(),
+                });
+                writeln!(out, "{change}")?;
+            } else {
+                show_change(out, start.elapsed(), &old, &new, range)?;
+            }
         }
         std::mem::swap(&mut old, &mut new);
+    }
+    if until.json {
+        let summary = serde_json::json!({
+            "event": "summary",
+            "changes": changes,
+            "elapsed_s": start.elapsed().as_secs_f64(),
+            "watcher": CpuUse::now().json(),
+        });
+        return writeln!(out, "{summary}");
     }
     writeln!(
         out,
@@ -158,6 +192,7 @@ impl CpuUse {
     fn now() -> CpuUse {
         // SAFETY: rusage is plain old data, filled in by the call; RUSAGE_SELF cannot fail.
         let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid, writable rusage.
         unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
         let time = |tv: libc::timeval| {
             Duration::from_secs(tv.tv_sec.max(0) as u64)
@@ -169,6 +204,17 @@ impl CpuUse {
             voluntary_switches: usage.ru_nvcsw,
             involuntary_switches: usage.ru_nivcsw,
         }
+    }
+}
+
+impl CpuUse {
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "user_s": self.user.as_secs_f64(),
+            "system_s": self.system.as_secs_f64(),
+            "voluntary_switches": self.voluntary_switches,
+            "involuntary_switches": self.involuntary_switches,
+        })
     }
 }
 

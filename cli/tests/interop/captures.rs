@@ -9,8 +9,9 @@ pub fn committed_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../captures/softroce")
 }
 
+/// Whether to rewrite them: `ROCE_REGENERATE_CAPTURES=1`, refused under CI.
 pub fn regenerate() -> bool {
-    std::env::var("ROCE_REGENERATE_CAPTURES").is_ok_and(|v| v == "1")
+    roce_tests::regenerate("ROCE_REGENERATE_CAPTURES")
 }
 
 /// The fields of the dump: where each frame came from, and every RoCE header field tshark

@@ -60,9 +60,7 @@ pub fn ready() -> bool {
     match built {
         Ok(()) => true,
         Err(reason) => {
-            let under_ci = std::env::var("ROCE_CI").is_ok_and(|v| v == "1");
-            assert!(!under_ci, "{reason}, and ROCE_CI=1 forbids skipping");
-            eprintln!("SKIPPED: the Soft-RoCE interop tests: {reason}");
+            roce_tests::skip(&format!("the Soft-RoCE interop tests: {reason}"));
             false
         }
     }

@@ -8,6 +8,7 @@ pub mod captures;
 pub mod errors;
 pub mod guest;
 pub mod pair;
+pub mod pkey;
 pub mod scenario;
 pub mod wire;
 

@@ -26,7 +26,7 @@ const CLIENT: Ipv4Address = Ipv4Address::new(10, 77, 0, 2);
 const LIMIT_S: u64 = 240;
 
 /// The CM fields of the committed capture's field dump, after the harness's own.
-const CM_FIELDS: &[&str] = &[
+pub const CM_FIELDS: &[&str] = &[
     "infiniband.mad.attributeid",
     "infiniband.mad.transactionid",
     "infiniband.cm.req",
@@ -218,6 +218,32 @@ pub fn commit(pcap: &Path) {
     let to = super::captures::committed_dir().join(COMMITTED);
     std::fs::create_dir_all(to.parent().unwrap()).unwrap();
     std::fs::copy(pcap, &to).unwrap();
+    let mut fields: Vec<&str> = super::captures::FIELDS.to_vec();
+    fields.extend(CM_FIELDS);
+    std::fs::write(
+        to.with_extension("fields.txt"),
+        super::captures::field_dump_of(&to, &fields),
+    )
+    .unwrap();
+    eprintln!("rewrote {}", to.display());
+}
+
+/// Copies the CM MADs of `pcap` (every datagram to QP1: the handshakes and teardowns, not the
+/// traffic between them) into `captures/softroce/<name>`, with tshark's dump of their fields.
+pub fn commit_handshakes(pcap: &Path, name: &str) {
+    let to = super::captures::committed_dir().join(name);
+    std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+    let mut filter = std::process::Command::new("tshark");
+    filter.arg("-r").arg(pcap);
+    filter
+        .args(["-Y", "infiniband.bth.destqp == 1", "-w"])
+        .arg(&to);
+    let out = filter.output().expect("tshark, to cut the handshakes out");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let mut fields: Vec<&str> = super::captures::FIELDS.to_vec();
     fields.extend(CM_FIELDS);
     std::fs::write(

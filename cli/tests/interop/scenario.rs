@@ -10,6 +10,10 @@ pub enum Kind {
     Pingpong(&'static str),
     /// `ib_<name>` against `roce perftest <name>`.
     Perftest(&'static str),
+    /// `rping` against `roce rping`, connected through the RDMA CM.
+    Rping,
+    /// `ucmatose` against `roce ucmatose`, connected through the RDMA CM.
+    Ucmatose,
 }
 
 #[derive(Debug, Clone)]
@@ -45,6 +49,8 @@ impl Scenario {
         match self.kind {
             Kind::Pingpong(name) => format!("ibv_{name}_pingpong"),
             Kind::Perftest(name) => format!("ib_{name}"),
+            Kind::Rping => "rping".into(),
+            Kind::Ucmatose => "ucmatose".into(),
         }
     }
 
@@ -80,6 +86,18 @@ impl Scenario {
             Kind::Pingpong(_) => "-g 1",
             // perftest wants -F in a VM: it cannot read a CPU frequency there.
             Kind::Perftest(_) => "-x 1 -F",
+            Kind::Rping => return self.rping_guest_command(port),
+            Kind::Ucmatose => {
+                let tool = format!(
+                    "timeout {GUEST_TOOL_LIMIT_S} ucmatose -p {port} {}",
+                    self.args.join(" ")
+                );
+                return if self.guest_serves {
+                    tool
+                } else {
+                    format!("client {tool} -s {NIC_IP}")
+                };
+            }
         };
         let tool = format!(
             "timeout {GUEST_TOOL_LIMIT_S} {} {gid} -p {port} {}",
@@ -93,15 +111,44 @@ impl Scenario {
         }
     }
 
+    /// rping's command line in the guest, printing every ping (`-v`). The real server ends
+    /// when the client disconnects, with a complaint and a failing status ("wait for
+    /// RDMA_READ_ADV state 10"), so its status is printed rather than returned: what it must
+    /// have printed is checked instead ([`Scenario::guest_success_text`]).
+    fn rping_guest_command(&self, port: u16) -> String {
+        let tool = |role: &str, addr: &str| {
+            format!(
+                "timeout {GUEST_TOOL_LIMIT_S} rping {role} -v -a {addr} -p {port} {}",
+                self.args.join(" ")
+            )
+        };
+        if self.guest_serves {
+            let tool = tool("-s", super::guest::GUEST_IP);
+            format!("sh -c '{tool}; echo rping exited $?'")
+        } else {
+            format!("client {}", tool("-c", NIC_IP))
+        }
+    }
+
     /// `roce` arguments for our side (without the NIC or the limits).
     pub fn our_args(&self, port: u16) -> Vec<String> {
         let mut args: Vec<String> = match self.kind {
             Kind::Pingpong(name) => vec!["pingpong".into(), name.into()],
             Kind::Perftest(name) => vec!["perftest".into(), name.into()],
+            Kind::Rping => {
+                let role = if self.guest_serves { "-c" } else { "-s" };
+                vec!["rping".into(), role.into(), "-v".into()]
+            }
+            Kind::Ucmatose => vec!["ucmatose".into()],
         };
         args.extend(["-p".into(), port.to_string()]);
         args.extend(self.args.iter().cloned());
         if self.guest_serves {
+            match self.kind {
+                Kind::Rping => args.push("-a".into()),
+                Kind::Ucmatose => args.push("-s".into()),
+                _ => {}
+            }
             args.push(super::guest::GUEST_IP.into());
         }
         args
@@ -110,8 +157,12 @@ impl Scenario {
     /// RoCE frames of ours rxe may rightly never count: ibv_srq_pingpong stops with up to one
     /// message per QP still in flight, so the last ACKs (or SENDs) between the two sides can
     /// reach QPs that no longer exist, which rxe drops before counting.
+    /// rping's and ucmatose's sides destroy their QPs as soon as the CM says disconnected, so an ACK or a
+    /// repeated response of ours still on its way then (the guest, slow under emulation, may
+    /// have asked twice) can reach a QP already gone: at most a couple per run.
     pub fn uncounted_frames_allowed(&self) -> u64 {
         match self.kind {
+            Kind::Rping | Kind::Ucmatose => 2,
             Kind::Pingpong("srq") => self
                 .args
                 .windows(2)
@@ -135,6 +186,19 @@ impl Scenario {
                     .map_or("1000", |w| w[1].as_str());
                 Some(format!("{iters} iters in"))
             }
+            // Every ping was printed, the last one too.
+            Kind::Rping => {
+                let count = self
+                    .args
+                    .windows(2)
+                    .find(|w| w[0] == "-C")
+                    .and_then(|w| w[1].parse::<u64>().ok())
+                    .expect("an rping scenario gives -C");
+                let who = if self.guest_serves { "server " } else { "" };
+                Some(format!("\n{who}ping data: rdma-ping-{}: ", count - 1))
+            }
+            // The real one checks nothing it received: it completed, and said so.
+            Kind::Ucmatose => Some("\ndata transfers complete\n".into()),
             Kind::Perftest("read_lat" | "atomic_lat") if self.guest_serves => None,
             // `-a`: both sides end on the line of the largest size.
             Kind::Perftest(_) if self.args.iter().any(|a| a == "-a") => Some(" 8388608 ".into()),
@@ -173,14 +237,15 @@ impl Group {
 
 /// The guest script's helpers. `client` retries (at most 240 times, 0.5 s apart: longer than
 /// a scenario of ours may take, so that one failure does not make the next fail too) while the
-/// server is not listening yet; `scenario` frames a run's output for [`super::guest::Console`].
-const GUEST_PRELUDE: &str = r#"
+/// server is not listening yet (for rping and ucmatose: while the CM answers REJ); `scenario`
+/// frames a run's output for [`super::guest::Console`].
+pub const GUEST_PRELUDE: &str = r#"
 client() {
   i=0
   while :; do
     "$@" >/tmp/out 2>&1
     rc=$?
-    if [ $rc -ne 0 ] && grep -Eq "Couldn't connect|Unable to open file descriptor|Connection refused" /tmp/out && [ $i -lt 240 ]; then
+    if [ $rc -ne 0 ] && grep -Eq "Couldn't connect|Unable to open file descriptor|Connection refused|RDMA_CM_EVENT_REJECTED|event: RDMA_CM_EVENT_REJECTED" /tmp/out && [ $i -lt 240 ]; then
       i=$((i + 1)); sleep 0.5; continue
     fi
     cat /tmp/out

@@ -166,7 +166,7 @@ pub fn cabled_pair(env: &Env, net: u8) -> (Nic, Nic) {
 
 /// Two NICs on the two ends of a veth pair inside the namespace `ns` (`a` is 10.<n>.0.1, `b`
 /// 10.<n>.0.2); they find each other's MAC by ARP. The veth's MTU is 1500 (path MTU 1024).
-pub fn veth_pair(env: &Env, ns: &roce_nic::testbed::netns::Netns, net: u8) -> (Nic, Nic) {
+pub fn veth_pair(env: &Env, ns: &roce_tests::netns::Netns, net: u8) -> (Nic, Nic) {
     let (va, vb) = (format!("{}a", env.prefix), format!("{}b", env.prefix));
     // Interface names are at most 15 bytes.
     let (va, vb) = (tail(&va, 15), tail(&vb, 15));
@@ -340,6 +340,7 @@ impl Drop for Proc {
         if let Ok(None) = self.child.try_wait() {
             // SAFETY: kill(2) of our own child, by its PID.
             unsafe { libc::kill(self.pid(), libc::SIGCONT) };
+            // SAFETY: as above.
             unsafe { libc::kill(self.pid(), libc::SIGTERM) };
             let deadline = Instant::now() + Duration::from_secs(5);
             while Instant::now() < deadline {

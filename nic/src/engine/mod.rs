@@ -3,12 +3,14 @@
 //! programs and work from the send queues, and it never waits for a host: when there is nothing
 //! to do it spins briefly, then sleeps until a frame, a doorbell, a request or a timer wakes it.
 
+mod cm;
 mod limits;
 mod neighbours;
 pub(crate) mod objects;
 mod qp_table;
 mod rx;
 
+pub use cm::DEFAULT_RESPONSE_TIMEOUT as CM_RESPONSE_TIMEOUT;
 use qp_table::QpTable;
 pub use qp_table::{FIRST_QPN, GSI_QPN};
 
@@ -93,6 +95,8 @@ pub(crate) struct Engine {
     interests: Vec<Interest>,
     /// Scratch space for `poll(2)` (kept to reuse its allocation).
     pollfds: Vec<libc::pollfd>,
+    /// The connection manager on QP1.
+    cm: cm::Agent,
     running: bool,
 }
 
@@ -114,6 +118,7 @@ pub(crate) struct Setup {
     pub rings: RingMemory,
     pub rxe_compat: bool,
     pub limits: crate::limits::Limits,
+    pub cm_response_timeout: u8,
 }
 
 impl Engine {
@@ -122,6 +127,7 @@ impl Engine {
         link.attach(&setup.pool, &setup.waker);
         let mut tx = Tx::new(link, setup.pool, Arc::clone(&setup.counters));
         let ip_stack = IpStack::new(setup.port.mac, &setup.subnets, setup.mtu, &mut tx)?;
+        let cm = cm::Agent::new(setup.port.mac, setup.cm_response_timeout);
         Ok(Engine {
             name: setup.name,
             port: setup.port,
@@ -151,6 +157,7 @@ impl Engine {
             resolve_timeout: setup.resolve_timeout,
             interests: Vec::new(),
             pollfds: Vec::new(),
+            cm,
             running: true,
         })
     }
@@ -238,6 +245,7 @@ impl Engine {
             Request::TcpAccept { port, timeout } => {
                 self.ip_stack.tcp_accept(client, port, timeout, reply, now)
             }
+            Request::CmGetEvent { timeout } => self.cm_get_event(client, timeout, reply),
             request => match self.neighbour_need(&request) {
                 NeighbourNeed::Resolve(ip) => self.await_neighbour(
                     ip,
@@ -296,6 +304,7 @@ impl Engine {
     fn timers(&mut self) {
         let now = Instant::now();
         self.expire_neighbour_waits(now);
+        self.cm_timers(now);
         let (qps, mut ctx) = self.split(now);
         for qp in qps.iter_mut() {
             let due = |t: Option<Instant>| t.is_some_and(|t| t <= now);
@@ -319,6 +328,7 @@ impl Engine {
                 self.link_deadline,
                 self.ip_stack.deadline(),
                 self.neighbour_wait_deadline(),
+                self.cm.deadline(),
             ])
             .flatten()
             .min()

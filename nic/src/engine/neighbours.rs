@@ -66,12 +66,18 @@ impl Engine {
 
     /// Whether `request` needs a MAC the engine does not know.
     pub(super) fn neighbour_need(&self, request: &Request) -> NeighbourNeed {
-        let av = match request {
-            Request::ModifyQp { attr, .. } => attr.av,
-            Request::CreateAh { av, .. } => Some(*av),
+        let ip = match request {
+            Request::ModifyQp { attr, .. } => attr.av.filter(|av| av.dmac.is_none()),
+            Request::CreateAh { av, .. } => Some(*av).filter(|av| av.dmac.is_none()),
             _ => None,
+        }
+        .map(|av| av.dgid.ip());
+        // A CM connect sends its REQ straight to the peer's MAC.
+        let ip = match request {
+            Request::CmConnect { dst, .. } => Some(dst.ip()),
+            _ => ip,
         };
-        let Some(ip) = av.filter(|av| av.dmac.is_none()).map(|av| av.dgid.ip()) else {
+        let Some(ip) = ip else {
             return NeighbourNeed::None;
         };
         if self.port.neighbours.contains_key(&ip) {

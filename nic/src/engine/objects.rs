@@ -11,6 +11,7 @@ use super::limits::Object;
 use super::{Engine, RingMemory, GSI_QPN};
 use crate::control::{ClientId, DeviceInfo, Request, Response, RingMap};
 use crate::cq::{Cq, EventLine};
+use crate::pkey;
 use crate::qp::{ring_layout, Qp, MAX_RD_ATOMIC};
 use crate::ring::{Geometry, Ring};
 use crate::transport::{udp_src_port, Path};
@@ -40,6 +41,7 @@ impl Engine {
             max_cqe: self.limits.max_cqe as u32,
             max_qp_rd_atom: MAX_RD_ATOMIC,
             limits: self.limits,
+            pkeys: self.port.pkeys.clone(),
         }
     }
 
@@ -155,7 +157,7 @@ impl Engine {
                 let result = self.with_qp(qpn, |qp, ctx| {
                     let (to, path) = qp.check_modify(&attr, &port)?;
                     let from = qp.state;
-                    qp.apply_modify(&attr, to, path, ctx);
+                    qp.apply_modify(&attr, to, path, &port.pkeys, ctx);
                     info!(qpn, %from, %to, "QP modified");
                     Ok::<_, VerbsError>(())
                 });
@@ -225,6 +227,16 @@ impl Engine {
                 self.forget_client(client);
                 Ok(Response::Done)
             }
+            Request::CmListen { addr } => self.cm_listen(client, addr),
+            Request::CmConnect { qpn, dst, param } => self.cm_connect(client, qpn, dst, param),
+            Request::CmAccept { id, qpn, param } => self.cm_accept(client, id, qpn, param),
+            Request::CmReject { id, private_data } => self.cm_reject(client, id, &private_data),
+            Request::CmDisconnect { id } => self.cm_disconnect(client, id),
+            Request::CmDestroyId { id } => self.cm_destroy(client, id),
+            // `Engine::serve` answers these when an event comes.
+            Request::CmGetEvent { .. } => Err(VerbsError::Invalid(
+                "a CM event wait is answered by the CM agent".into(),
+            )),
         }
     }
 
@@ -242,7 +254,7 @@ impl Engine {
             .ok_or(none("completion queue", cq))
     }
 
-    fn qp(&self, client: ClientId, qpn: u32) -> Result<&Qp, VerbsError> {
+    pub(super) fn qp(&self, client: ClientId, qpn: u32) -> Result<&Qp, VerbsError> {
         self.qps
             .get(qpn)
             .filter(|q| q.owner == client)
@@ -340,6 +352,7 @@ impl Engine {
             sq_sig_all,
         )?;
         qp.rxe_compat = self.rxe_compat;
+        qp.p_key = self.port.pkeys.get(0).unwrap_or(pkey::DEFAULT);
         if qp_type == QpType::Ud {
             qp.attrs.path_mtu = self.port.max_mtu;
         }
@@ -351,6 +364,7 @@ impl Engine {
         if qpn == GSI_QPN {
             // The GSI is ready at once, with the well-known Q_Key.
             let attr = QpAttr::init_ud(deth::GSI_Q_KEY);
+            let pkeys = self.port.pkeys.clone();
             let (_, mut ctx) = self.split(std::time::Instant::now());
             for (state, a) in [
                 (QpState::Init, attr),
@@ -370,7 +384,7 @@ impl Engine {
                     },
                 ),
             ] {
-                qp.apply_modify(&a, state, None, &mut ctx);
+                qp.apply_modify(&a, state, None, &pkeys, &mut ctx);
             }
         }
         self.qps.insert(qp);
@@ -400,6 +414,8 @@ impl Engine {
     /// Destroys every object of a host program that went away.
     fn forget_client(&mut self, client: ClientId) {
         self.client_hosts.remove(&client);
+        // Connections first: their QPs still exist to be moved to the error state.
+        self.cm_forget_client(client);
         self.forget_neighbour_waits(client);
         self.ip_stack.forget_client(client);
         let qpns: Vec<u32> = self

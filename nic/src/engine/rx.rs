@@ -8,9 +8,10 @@ use std::time::Instant;
 use roce_wire::{Error as WireError, Frame, NetworkRepr, Transport};
 use tracing::{debug, trace, trace_span};
 
-use super::Engine;
+use super::{Engine, GSI_QPN};
 use crate::buf::FrameBuf;
 use crate::counters;
+use crate::pkey;
 use crate::port;
 use crate::transport::{completer, responder, Ctx};
 use crate::verbs::types::QpType;
@@ -69,13 +70,9 @@ impl Engine {
             self.learn(ip, ethernet.src);
         }
         let c = &self.counters;
-        if bth.p_key != roce_wire::bth::DEFAULT_P_KEY || bth.tver != 0 {
-            counters::bump(&c.rx_bad_pkey);
-            debug!(
-                p_key = bth.p_key,
-                tver = bth.tver,
-                "P_Key or TVer not accepted"
-            );
+        if bth.tver != 0 {
+            counters::bump(&c.rx_bad_tver);
+            debug!(tver = bth.tver, "transport version not 0: dropped");
             return;
         }
         let transport = bth.opcode.transport();
@@ -85,6 +82,19 @@ impl Engine {
             return;
         }
         let qpn = bth.dest_qp;
+        if qpn == GSI_QPN {
+            // CM MADs are the agent's; any other datagram to QP1 is for the host holding it.
+            if let (Some(Ok(mad)), Some(ethernet), Some(src), Some(dst)) = (
+                roce_wire::cm::parse_frame(&frame),
+                frame.repr.ethernet,
+                sender,
+                receiver(&frame.repr.network),
+            ) {
+                self.cm_receive(mad, src, dst, ethernet.src);
+                return;
+            }
+        }
+        let c = &self.counters;
         let Some(qp) = self.qps.get_mut(qpn) else {
             counters::bump(&c.rx_unknown_qp);
             debug!("no such QP: dropped");
@@ -97,6 +107,21 @@ impl Engine {
         if !fits {
             counters::bump(&c.rx_wrong_transport);
             debug!(qp_type = %qp.qp_type, "opcode of another transport: dropped");
+            return;
+        }
+        let partition = if qpn == GSI_QPN {
+            self.port.pkeys.check_any(bth.p_key)
+        } else {
+            pkey::check(bth.p_key, qp.p_key)
+        };
+        if let Err(reason) = partition {
+            counters::bump(&c.rx_bad_pkey);
+            debug!(
+                p_key = format_args!("{:#06x}", bth.p_key),
+                qp_p_key = format_args!("{:#06x}", qp.p_key),
+                %reason,
+                "P_Key does not match: dropped"
+            );
             return;
         }
         let mut ctx = Ctx {
@@ -133,11 +158,15 @@ impl Engine {
         if frame.repr.ethernet.is_some_and(|e| e.dst != self.port.mac) {
             return false;
         }
-        let dst: IpAddr = match frame.repr.network {
-            NetworkRepr::Ipv4 { dst, .. } => dst.into(),
-            NetworkRepr::Ipv6 { dst, .. } => dst.into(),
-            NetworkRepr::Grh { .. } => return false,
-        };
-        self.local_ips.contains(&dst)
+        receiver(&frame.repr.network).is_some_and(|dst| self.local_ips.contains(&dst))
+    }
+}
+
+/// The IP address a frame is sent to (none for a bare GRH).
+fn receiver(network: &NetworkRepr) -> Option<IpAddr> {
+    match *network {
+        NetworkRepr::Ipv4 { dst, .. } => Some(dst.into()),
+        NetworkRepr::Ipv6 { dst, .. } => Some(dst.into()),
+        NetworkRepr::Grh { .. } => None,
     }
 }

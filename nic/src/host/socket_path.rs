@@ -162,7 +162,7 @@ mod tests {
             let err = check_dir(&base).unwrap_err();
             assert!(err.to_string().contains("user 65534"), "{err}");
         } else {
-            eprintln!("SKIPPED: a directory of another user needs root to make");
+            roce_testkit::skip("a directory of another user needs root to make");
         }
         std::fs::remove_dir(&base).unwrap();
     }

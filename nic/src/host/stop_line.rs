@@ -2,27 +2,28 @@
 //! never read, so it stays readable for every thread that polls it.
 
 use std::io;
-use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
 
-use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags, Timespec};
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
+
+use crate::eventfd::EventFd;
 
 #[derive(Debug)]
 pub struct StopLine {
-    fd: OwnedFd,
+    fd: EventFd,
 }
 
 impl StopLine {
     pub fn new() -> io::Result<StopLine> {
         Ok(StopLine {
-            fd: eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?,
+            fd: EventFd::new()?,
         })
     }
 
     /// Raises the line: every present and future wait returns.
     pub fn raise(&self) {
-        // A full counter already means "raised".
-        let _ = rustix::io::write(&self.fd, &1u64.to_ne_bytes());
+        self.fd.signal();
     }
 
     /// Sleeps until `fd` reports one of `events` (or a hang-up or error), and returns what it

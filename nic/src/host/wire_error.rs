@@ -60,7 +60,7 @@ const IO_KINDS: [io::ErrorKind; 14] = [
 ];
 
 /// The names the engine uses in its structured errors; an unknown one keeps its sentence.
-const NAMES: [&str; 20] = [
+const NAMES: [&str; 21] = [
     "protection domain",
     "memory registration",
     "completion queue",
@@ -81,6 +81,7 @@ const NAMES: [&str; 20] = [
     "the protection domain (a memory registration uses it)",
     "contexts",
     "connections",
+    "CM ID",
 ];
 
 fn known(name: &str) -> Option<&'static str> {

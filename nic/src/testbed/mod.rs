@@ -2,8 +2,6 @@
 //! region and a connected QP. The setting of the transport tests, the soak tests, the benchmarks
 //! and the in-process demo.
 
-pub mod netns;
-
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::Duration;

@@ -343,6 +343,7 @@ fn emit(qp: &mut Qp, ctx: &mut Ctx<'_>, index: u32, n: u32, probe: bool) -> Resu
     };
 
     let mut bth = bth::Repr::new(opcode, dest_qp, packet_psn);
+    bth.p_key = qp.p_key;
     let ack_every = qp.send.since_ack_req + 1 >= ACK_REQ_EVERY;
     bth.ack_req = qp.qp_type == QpType::Rc && (last || ack_every || probe);
     // The solicited event bit goes on the packet that completes a receive at the peer.

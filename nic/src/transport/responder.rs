@@ -684,8 +684,15 @@ fn answer(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, syndrome: Syndrome, original: 
         atomic_ack_eth: original.map(|original| atomic_ack_eth::Repr { original }),
         ..Extensions::default()
     };
-    let repr = path.frame(bth::Repr::new(opcode, qp.attrs.dest_qp_num, p), ext, 0);
+    let repr = path.frame(answer_bth(qp, opcode, p), ext, 0);
     ctx.tx.send_simple(&repr, &[]);
+}
+
+/// The BTH of an answer to the QP's peer: the QP's own P_Key, as on its requests.
+fn answer_bth(qp: &Qp, opcode: Opcode, psn: u32) -> bth::Repr {
+    let mut bth = bth::Repr::new(opcode, qp.attrs.dest_qp_num, psn);
+    bth.p_key = qp.p_key;
+    bth
 }
 
 /// Sends up to `budget` READ response packets. Returns how many were sent.
@@ -718,11 +725,7 @@ pub fn send_replies(qp: &mut Qp, ctx: &mut Ctx<'_>, budget: usize) -> usize {
                 msn: qp.recv.msn,
             });
         }
-        let repr = path.frame(
-            bth::Repr::new(opcode, qp.attrs.dest_qp_num, p),
-            ext,
-            n as usize,
-        );
+        let repr = path.frame(answer_bth(qp, opcode, p), ext, n as usize);
         let pd = qp.pd;
         let mrs = &*ctx.mrs;
         let result = ctx.tx.send(&repr, |dst| {

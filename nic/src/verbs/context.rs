@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use roce_hostmem::{Access, Region, VaBase};
 
 use super::types::{
-    AddressVector, Gid, QpAttr, QpCap, QpType, RecvWr, SendFlags, SendOp, SendWr, Sge, Wc,
+    AddressVector, Gid, PortAttr, QpAttr, QpCap, QpType, RecvWr, SendFlags, SendOp, SendWr, Sge, Wc,
 };
 use super::VerbsError;
 use crate::control::{ClientId, DeviceInfo, Request, Response, RingMap};
@@ -137,6 +137,29 @@ impl Context {
     /// The GID at `index` of port 1.
     pub fn gid(&self, index: u8) -> Option<Gid> {
         self.inner.device.gids.get(usize::from(index)).copied()
+    }
+
+    /// `ibv_query_port` of port 1: its MTU and the sizes of its GID and P_Key tables.
+    pub fn query_port(&self) -> Result<PortAttr, VerbsError> {
+        let d = self.query_device()?;
+        Ok(PortAttr {
+            max_mtu: d.max_mtu,
+            active_mtu: d.max_mtu,
+            gid_tbl_len: d.gids.len() as u32,
+            pkey_tbl_len: d.pkeys.len() as u16,
+        })
+    }
+
+    /// `ibv_query_pkey` of port 1: the P_Key at `index` of its table, which a QP's
+    /// `pkey_index` names. The table is fixed when the NIC starts (`roce nic --pkey`), so the
+    /// copy the NIC gave at open time answers.
+    pub fn query_pkey(&self, index: u16) -> Result<u16, VerbsError> {
+        self.inner.device.pkeys.get(index).ok_or_else(|| {
+            VerbsError::Invalid(format!(
+                "P_Key index {index} is outside the port's table of {}",
+                self.inner.device.pkeys.len()
+            ))
+        })
     }
 
     pub fn alloc_pd(&self) -> Result<ProtectionDomain, VerbsError> {

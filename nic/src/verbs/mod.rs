@@ -7,11 +7,13 @@
 //! through rings in shared memory with a doorbell, without a round trip per request, as with a
 //! hardware RNIC.
 
+mod cm;
 mod context;
 mod error;
 mod tcp;
 pub mod types;
 
+pub use cm::CmId;
 pub use context::{
     AddressHandle, Backend, CompletionQueue, Context, MemoryRegion, ProtectionDomain, QueuePair,
 };

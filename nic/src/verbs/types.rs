@@ -640,3 +640,15 @@ impl QpAttr {
         }
     }
 }
+
+/// What `ibv_query_port` tells of the NIC's one port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortAttr {
+    /// The largest path MTU the link carries.
+    pub max_mtu: Mtu,
+    /// The path MTU in use: the port is always up, at its largest.
+    pub active_mtu: Mtu,
+    pub gid_tbl_len: u32,
+    /// Entries of the P_Key table (`Context::query_pkey` reads them).
+    pub pkey_tbl_len: u16,
+}

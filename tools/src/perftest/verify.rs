@@ -33,6 +33,15 @@ pub const FILL: u8 = 0xee;
 /// Shorter data may be all [`FILL`] by chance too often to call that an error.
 const FILL_CHECK_MIN: usize = 8;
 
+/// The most bytes of `total` random ones (what a real perftest writes) that may equal [`FILL`]
+/// without calling the run a failure: the mean (one in 256) plus six standard deviations plus
+/// two, so that a real peer fails by chance far less than once in a million runs while a WRITE
+/// that did not land (every byte still our fill) fails from 8 bytes on.
+fn random_fill_bound(total: usize) -> usize {
+    let mean = total as f64 / 256.0;
+    (mean + 6.0 * (mean * 255.0 / 256.0).sqrt()) as usize + 2
+}
+
 /// Bytes this side sends from (WRITE and SEND sources), and offers to READs.
 pub fn pattern(offset: usize) -> u8 {
     (offset as u8).wrapping_mul(31).wrapping_add(7) ^ (offset >> 8) as u8
@@ -128,15 +137,19 @@ pub fn passive_server(
         Verb::Write => {
             let size = opts.size as usize;
             let used = opts.iters.min(layout.places());
-            let (mut total, mut still) = (0, 0);
+            let (mut total, mut still, mut ours) = (0, 0, true);
             for place in 0..used {
                 let at = layout.place(place) as usize;
+                let landed = &now[at..at + size];
                 total += size;
-                still += now[at..at + size].iter().filter(|b| **b == FILL).count();
+                still += landed.iter().filter(|b| **b == FILL).count();
+                ours &= landed.iter().zip(at..).all(|(b, i)| *b == pattern(i));
             }
-            if 2 * still >= total {
+            if still > random_fill_bound(total) {
                 return fail(format!(
-                    "{still} of the {total} bytes {program} writes still hold our fill"
+                    "{still} of the {total} bytes {program} writes still hold our fill (random \
+                     bytes would leave at most {})",
+                    random_fill_bound(total)
                 ));
             }
             if delta.dma_write_bytes < bytes {
@@ -145,9 +158,18 @@ pub fn passive_server(
                     delta.dma_write_bytes
                 ));
             }
+            let what = if ours {
+                // Our perftest writes `pattern` from the same places of its own buffer.
+                "exactly the bytes our client sends from the same places".to_owned()
+            } else {
+                format!(
+                    "new bytes ({} of {total} differ from our fill)",
+                    total - still
+                )
+            };
             Ok(format!(
-                "the {used} place(s) {program} writes hold new bytes ({} of {total} differ from our fill), and the NIC wrote {} bytes for the WRITEs ({messages}) from QP {:#x}",
-                total - still, delta.dma_write_bytes, theirs.qpn
+                "the {used} place(s) {program} writes hold {what}, and the NIC wrote {} bytes for the WRITEs ({messages}) from QP {:#x}",
+                delta.dma_write_bytes, theirs.qpn
             ))
         }
         Verb::Read | Verb::Atomic => {
@@ -319,6 +341,16 @@ mod tests {
         assert!(check.check(64, &[4, 5, 7]).is_err());
         let mut fresh = ReadCheck::default();
         assert!(fresh.check(0, &[FILL; 8]).is_err());
+    }
+
+    #[test]
+    fn random_bytes_pass_the_fill_bound_and_unwritten_ones_do_not() {
+        // Every byte still the fill fails from 8 bytes on.
+        for total in [8, 100, 4096, 1 << 20] {
+            assert!(random_fill_bound(total) < total, "{total}");
+        }
+        // 1 MiB of random bytes holds about 4096 fills, with a standard deviation of 64.
+        assert!((4096 + 5 * 64..4096 + 7 * 64).contains(&random_fill_bound(1 << 20)));
     }
 
     #[test]

@@ -91,6 +91,22 @@ pub mod mac {
     }
 }
 
+/// A port's P_Key table: its keys, at most [`MAX_PKEYS`] of them, checked as the NIC checked
+/// them.
+pub mod pkey_table {
+    use super::*;
+    use crate::pkey::{PKeyTable, MAX_PKEYS};
+
+    pub fn serialize<S: Serializer>(table: &PKeyTable, s: S) -> Result<S::Ok, S::Error> {
+        table.keys().serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<PKeyTable, D::Error> {
+        let keys = at_most::<_, u16, MAX_PKEYS>(d)?;
+        PKeyTable::new(keys).map_err(|e| invalid(e.to_string()))
+    }
+}
+
 /// An optional MAC address.
 pub mod opt_mac {
     use super::*;

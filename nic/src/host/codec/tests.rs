@@ -180,6 +180,35 @@ fn requests() -> Vec<Request> {
         Request::TcpUnlisten { port: 18515 },
         Request::Disconnect,
         Request::BindHost { host: 7 },
+        Request::CmListen {
+            addr: "0.0.0.0:7174".parse().unwrap(),
+        },
+        Request::CmConnect {
+            qpn: 0x11,
+            dst: "10.0.0.1:7174".parse().unwrap(),
+            param: crate::cm::ConnParam {
+                private_data: b"hello".to_vec(),
+                responder_resources: 4,
+                initiator_depth: 2,
+                retry_count: 6,
+                rnr_retry_count: 7,
+            },
+        },
+        Request::CmAccept {
+            id: 0x1234_5678,
+            qpn: 0x12,
+            param: crate::cm::ConnParam::default(),
+        },
+        Request::CmReject {
+            id: 3,
+            private_data: vec![1, 2, 3],
+        },
+        Request::CmDisconnect { id: 3 },
+        Request::CmDestroyId { id: 3 },
+        Request::CmGetEvent {
+            timeout: Some(Duration::from_millis(1500)),
+        },
+        Request::CmGetEvent { timeout: None },
     ]
 }
 
@@ -199,6 +228,7 @@ fn device_info() -> DeviceInfo {
             host_max_contexts: 3,
             ..Limits::default()
         },
+        pkeys: "0x7fff,0x8001".parse().unwrap(),
     }
 }
 
@@ -230,6 +260,18 @@ fn plain_answers() -> Vec<Response> {
         })),
         Response::Listening { port: 18515 },
         Response::Done,
+        Response::CmId(0xdead_beef),
+        Response::CmEvent(Box::new(crate::cm::CmEvent {
+            kind: crate::cm::CmEventKind::Rejected { reason: 8 },
+            id: 7,
+            listen_id: Some(3),
+            local: "10.0.0.2:40000".parse().unwrap(),
+            peer: "[fe80::1]:7174".parse().unwrap(),
+            private_data: vec![9; 148],
+            responder_resources: 1,
+            initiator_depth: 1,
+            peer_qpn: 0x11,
+        })),
     ]
 }
 
@@ -847,7 +889,7 @@ fn the_encoding_is_pinned_to_the_protocol_version() {
     }
     assert_eq!(
         (PROTOCOL_VERSION, hash),
-        (3, 0xad00_d8f6_3876_be15),
+        (5, 0x2984_bf49_dce2_3edb),
         "the control messages' encoding changed: give messages::PROTOCOL_VERSION a new number, \
          and pin it here with the new hash ({hash:#018x})"
     );
