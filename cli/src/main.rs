@@ -79,6 +79,9 @@ enum Command {
     /// The target program of `roce demo` (started by it).
     #[command(hide = true)]
     DemoTarget(demo::TargetArgs),
+    /// The UDP receiver of `roce bench --all` (started by it).
+    #[command(hide = true)]
+    BenchUdpSink,
     /// Create, inspect and watch the shared-memory regions that stand in for host RAM.
     #[command(subcommand)]
     Mem(mem::Command),
@@ -128,6 +131,7 @@ fn main() -> ExitCode {
         Command::Decode(args) => decode::run(args),
         Command::Demo(args) => demo::run(args),
         Command::DemoTarget(args) => demo::run_target(args),
+        Command::BenchUdpSink => bench::run_udp_sink(),
         Command::Mem(cmd) => mem::run(cmd),
         Command::Nic(args) => nic::run(args),
         Command::Pingpong(args) => pingpong::run(args),

@@ -599,6 +599,11 @@ fn every_readme_block_runs_as_shown() {
     let (status, out, err) = roce_run(&roce_args(&command, &names));
     assert!(status.success(), "{err}");
     shows(&shown, &out, true, "roce bench");
+    let block = readme.next("$ roce bench --all");
+    let (command, shown) = commands(&block).remove(0);
+    let (status, out, err) = roce_run(&roce_args(&command, &names));
+    assert!(status.success(), "{err}");
+    shows(&shown, &out, true, "roce bench --all");
 
     // Completions and manual pages, into a home of this test's own.
     let block = readme.next("roce completions bash");

@@ -354,6 +354,152 @@ fn perftest_help_says_which_tests_sweep_every_size() {
     );
 }
 
+/// The rows of `roce bench --all --json` (or `--qps`): every figure with its baseline.
+fn bench_rows(stdout: &str) -> (serde_json::Value, Vec<(String, String)>) {
+    let v: serde_json::Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("not one JSON object ({e}):\n{stdout}"));
+    let mut rows = Vec::new();
+    for row in v["rows"].as_array().expect("rows") {
+        let (value, baseline) = (row["value"].as_f64(), row["baseline_value"].as_f64());
+        let (value, baseline) = (value.expect("value"), baseline.expect("baseline_value"));
+        assert!(value.is_finite() && value > 0.0, "{row}");
+        assert!(baseline.is_finite() && baseline > 0.0, "{row}");
+        let ratio = row["ratio"].as_f64().expect("ratio");
+        assert!(
+            (ratio - value / baseline).abs() <= 1e-9 * ratio.abs().max(1.0),
+            "{row}"
+        );
+        assert!(row["unit"].as_str().is_some_and(|u| !u.is_empty()), "{row}");
+        rows.push((
+            row["figure"].as_str().expect("figure").to_owned(),
+            row["baseline"].as_str().expect("baseline").to_owned(),
+        ));
+    }
+    (v, rows)
+}
+
+/// `roce bench ARGS` to the end: it starts processes and takes several figures, which on a
+/// loaded machine takes longer than a command's usual patience.
+fn bench(env: &Env, args: &[&str]) -> Finished {
+    let mut proc = Proc::spawn(env.roce(args), false);
+    let status = proc.wait(std::time::Duration::from_secs(180));
+    let stdout = proc.drain_stdout();
+    Finished {
+        status,
+        stdout,
+        stderr: proc.stderr(),
+    }
+}
+
+fn has_row(rows: &[(String, String)], figure: &str, baseline: &str) -> bool {
+    rows.iter()
+        .any(|(f, b)| f.starts_with(figure) && b.starts_with(baseline))
+}
+
+#[test]
+fn bench_all_gives_every_figure_beside_its_baseline_in_json() {
+    let env = Env::new("tball");
+    let done = bench(
+        &env,
+        &[
+            "bench",
+            "--all",
+            "--json",
+            "--seconds",
+            "0.05",
+            "-s",
+            "64K",
+            "--qps",
+            "1,3",
+            "--packets",
+            "300",
+        ],
+    );
+    assert!(done.status.success(), "{}", done.stderr);
+    let (v, rows) = bench_rows(&done.stdout);
+    for (figure, baseline) in [
+        ("in-process WRITE 64 KiB", "memcpy 64 KiB"),
+        ("in-process WRITE 64 KiB", "crc32fast"),
+        ("in-process WRITE 64 KiB", "one copy + one CRC, one core"),
+        ("in-process WRITE 64 KiB", "the limit"),
+        ("cable WRITE 64 KiB", "UDP, same frames, 1 per call"),
+        ("cable WRITE 64 KiB", "UDP, same frames, batched"),
+        ("cable WRITE 64 B", "UDP, same frames, 1 per call"),
+        ("cable WRITE 64 B", "UDP, same frames, batched"),
+        ("shm WRITE 64 KiB", "in-process WRITE"),
+        ("shm WRITE 64 B", "in-process WRITE 64 B"),
+        ("3 QPs WRITE 64 KiB", "1 QP"),
+        ("3 QPs WRITE 64 B", "1 QP"),
+    ] {
+        assert!(
+            has_row(&rows, figure, baseline),
+            "no {figure} vs {baseline}: {rows:?}"
+        );
+    }
+    let qps = v["extra"]["qps"].as_array().expect("qps figures");
+    assert_eq!(
+        qps.iter().map(|q| q["qps"].as_u64()).collect::<Vec<_>>(),
+        [Some(1), Some(3)]
+    );
+    assert!(qps[1]["mapped_bytes_per_idle_qp"].as_u64() > Some(0), "{v}");
+    assert!(v["extra"]["in_process"]["latency"]["median_us"].as_f64() > Some(0.0));
+    let decode = &v["extra"]["decode"];
+    assert_eq!(decode["packets"], 300);
+    let tshark = has_row(&rows, "roce decode --json, 300 packets", "tshark -T fields");
+    if std::env::var_os("ROCE_CI").is_some() || decode["tshark"] == "installed" {
+        assert!(tshark, "no decode vs tshark: {rows:?}");
+    } else {
+        assert_eq!(decode["tshark"], "tshark not installed");
+        assert!(!tshark);
+    }
+}
+
+#[test]
+fn bench_qps_alone_holds_many_qps_to_one_and_prints_lines() {
+    let env = Env::new("tbqps");
+    let done = bench(
+        &env,
+        &["bench", "--qps", "2", "--seconds", "0.05", "-s", "4K"],
+    );
+    assert!(done.status.success(), "{}", done.stderr);
+    let lines: Vec<&str> = done.stdout.lines().collect();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("2 QPs WRITE 4 KiB") && l.contains(" vs 1 QP ")),
+        "{}",
+        done.stdout
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("memory per idle QP with 2: ")),
+        "{}",
+        done.stdout
+    );
+    // Only the QP figures: no cable, no decode.
+    assert!(!done.stdout.contains("cable"), "{}", done.stdout);
+    let json = env.run(&[
+        "bench",
+        "--qps",
+        "2",
+        "--seconds",
+        "0.05",
+        "-s",
+        "4K",
+        "--json",
+    ]);
+    assert!(json.status.success(), "{}", json.stderr);
+    let (_, rows) = bench_rows(&json.stdout);
+    assert!(has_row(&rows, "2 QPs WRITE 64 B", "1 QP"), "{rows:?}");
+    assert!(has_row(&rows, "2 QPs WRITE 4 KiB", "1 QP"), "{rows:?}");
+    assert_fails(
+        &env.run(&["bench", "--all", "--faults", "drop=0.01"]),
+        2,
+        "--faults is for the in-process figures alone, not with --all or --qps",
+    );
+}
+
 /// `--pkey` for a NIC of the tool's own: a limited member of the default partition talks to a
 /// full member, and not to another limited member.
 #[test]

@@ -143,11 +143,21 @@ pub fn host_on(
 /// Connects two RC or UC QPs (a on 10.0.0.1, b on 10.0.0.2), both starting at PSN 100. `tune`
 /// may change the attributes of each step before it is applied.
 pub fn connect(a: &Host, b: &Host, mtu: Mtu, tune: impl Fn(&mut QpAttr)) -> Result<(), VerbsError> {
+    connect_qps(&a.qp, &b.qp, mtu, tune)
+}
+
+/// [`connect`] for bare QPs: `a` on 10.0.0.1, `b` on 10.0.0.2.
+pub fn connect_qps(
+    a: &QueuePair,
+    b: &QueuePair,
+    mtu: Mtu,
+    tune: impl Fn(&mut QpAttr),
+) -> Result<(), VerbsError> {
     for (me, peer, peer_ip) in [(a, b, ip(2)), (b, a, ip(1))] {
-        let connected_only = me.qp.qp_type() == QpType::Rc;
+        let connected_only = me.qp_type() == QpType::Rc;
         let mut init = QpAttr::init(all_access());
         let av = AddressVector::to(Gid::from_ip(peer_ip), 1);
-        let mut rtr = QpAttr::rtr(av, peer.qp.qp_num(), 100, mtu);
+        let mut rtr = QpAttr::rtr(av, peer.qp_num(), 100, mtu);
         let mut rts = QpAttr::rts(100);
         if !connected_only {
             // UC has no responder resources, timers or retries.
@@ -160,7 +170,7 @@ pub fn connect(a: &Host, b: &Host, mtu: Mtu, tune: impl Fn(&mut QpAttr)) -> Resu
         }
         for attr in [&mut init, &mut rtr, &mut rts] {
             tune(attr);
-            me.qp.modify(attr)?;
+            me.modify(attr)?;
         }
     }
     Ok(())

@@ -1,5 +1,8 @@
 //! `roce bench`: how fast the emulated data path runs on this machine, between two NICs in this
-//! process (an in-process cable, optionally with faults), beside a plain memcpy.
+//! process (an in-process cable, optionally with faults), beside a plain memcpy; with `--all`
+//! or `--qps`, every figure beside its baseline ([`all`]).
+
+mod all;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -17,7 +20,10 @@ Examples:
   roce bench                          3 s per figure, 1 MiB messages, path MTU 4096
   roce bench -s 64K -m 1024           smaller messages, smaller packets
   roce bench --faults drop=0.01       the cost of go-back-N at 1% loss
-  roce bench --seconds 1 --json | jq .write.gbit_per_s";
+  roce bench --seconds 1 --json | jq .write.gbit_per_s
+  roce bench --all                    every figure beside its baseline in this run, as ratios
+  roce bench --all --json >> history.jsonl
+  roce bench --qps 1,64,1024,8192     many QPs sharing the load, against one QP";
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -36,6 +42,18 @@ pub struct Args {
     /// Print the figures as one JSON object instead of lines.
     #[arg(long)]
     json: bool,
+    /// Every figure beside a baseline measured in the same run, as ratios: in one process
+    /// against memcpy and crc32fast, two NIC processes on the cable against plain and batched
+    /// UDP, on shm against one process, many QPs against one, decode against tshark.
+    #[arg(long)]
+    all: bool,
+    /// The QP counts of the many-QP figures, e.g. 1,64,1024,8192 (alone: only those figures;
+    /// with --all, instead of 1,64,1024).
+    #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=65536))]
+    qps: Option<Vec<u32>>,
+    /// Packets of the synthetic capture `--all` decodes.
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    packets: u64,
 }
 
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
@@ -55,6 +73,26 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         .map(str::parse)
         .transpose()
         .map_err(|e| Failure::usage(format!("--faults: {e}")))?;
+
+    if args.all || args.qps.is_some() {
+        if faults.is_some() {
+            return Err(Failure::usage(
+                "--faults is for the in-process figures alone, not with --all or --qps",
+            ));
+        }
+        return all::run(all::Plan {
+            duration,
+            mtu,
+            size,
+            all: args.all,
+            qps: match args.qps {
+                Some(counts) => counts.into_iter().map(|n| n as usize).collect(),
+                None => all::DEFAULT_QPS.to_vec(),
+            },
+            packets: args.packets as usize,
+            json: args.json,
+        });
+    }
 
     let (la, lb) = mem::pair();
     let region = 64 << 20;
@@ -88,7 +126,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             copy.gbit_per_s()
         )?;
     }
-    let big = bench::write_throughput(&pair, size, 16, 1, duration).map_err(fail)?;
+    let big = bench::write_throughput(pair.initiator(), size, 16, 1, duration).map_err(fail)?;
     if !args.json {
         out!(
             "RDMA WRITE {:>6} x16 in flight {:8.2} Gbit/s goodput ({} messages in {:.2?})",
@@ -98,14 +136,14 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             big.elapsed
         )?;
     }
-    let small = bench::write_throughput(&pair, 64, 512, 32, duration).map_err(fail)?;
+    let small = bench::write_throughput(pair.initiator(), 64, 512, 32, duration).map_err(fail)?;
     if !args.json {
         out!(
             "RDMA WRITE     64 B x512 in flight {:8.3} M messages/s",
             small.messages_per_s() / 1e6
         )?;
     }
-    let lat = bench::write_latency(&pair, 64, 20_000).map_err(fail)?;
+    let lat = bench::write_latency(pair.initiator(), 64, 20_000, duration).map_err(fail)?;
     let c = pair.dev_a.counters();
     if args.json {
         let figures = serde_json::json!({
@@ -173,4 +211,11 @@ fn human(bytes: usize) -> String {
         b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
         b => format!("{b} B"),
     }
+}
+
+/// `roce bench-udp-sink`: the UDP receiver `--all` starts for its baselines.
+pub fn run_udp_sink() -> Result<ExitCode, Failure> {
+    roce_nic::bench::udp::run_sink_from_env()
+        .map_err(|e| Failure::usage(format!("bench-udp-sink: {e}")))?;
+    Ok(ExitCode::SUCCESS)
 }
