@@ -33,17 +33,6 @@ fn demo(env: &Env, args: &[&str]) -> String {
     done.stdout
 }
 
-/// The proof line that starts with `start` (after its tick), which must have held.
-fn proof<'a>(out: &'a str, start: &str) -> &'a str {
-    let line = out
-        .lines()
-        .map(str::trim)
-        .find(|l| l.trim_start_matches(['✓', '✗', ' ']).starts_with(start))
-        .unwrap_or_else(|| panic!("no proof line {start:?} in\n{out}"));
-    assert!(line.starts_with('✓'), "did not hold: {line}");
-    line
-}
-
 /// Every line of `out` is a proof line that held (`--quiet`).
 fn all_held(out: &str) {
     assert!(out.lines().count() >= 3, "{out}");

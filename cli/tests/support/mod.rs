@@ -436,3 +436,14 @@ impl Drop for RegionName {
         let _ = roce_hostmem::Region::remove(&self.0);
     }
 }
+
+/// The demo's proof line that starts with `start` (after its tick), which must have held.
+pub fn proof<'a>(out: &'a str, start: &str) -> &'a str {
+    let line = out
+        .lines()
+        .map(str::trim)
+        .find(|l| l.trim_start_matches(['✓', '✗', ' ']).starts_with(start))
+        .unwrap_or_else(|| panic!("no proof line {start:?} in\n{out}"));
+    assert!(line.starts_with('✓'), "did not hold: {line}");
+    line
+}
