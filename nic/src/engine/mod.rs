@@ -76,6 +76,8 @@ pub(crate) struct Engine {
     counters: Arc<Counters>,
     rings: RingMemory,
     rxe_compat: bool,
+    /// DCQCN's parameters, when the NIC runs it: every connected QP gets both ends.
+    dcqcn: Option<crate::dcqcn::Params>,
     limits: crate::limits::Limits,
     /// The host (a process, numbered by the control socket) of each context opened by a host
     /// in another process; in-process contexts have none, and no per-host limits.
@@ -117,6 +119,7 @@ pub(crate) struct Setup {
     pub counters: Arc<Counters>,
     pub rings: RingMemory,
     pub rxe_compat: bool,
+    pub dcqcn: Option<crate::dcqcn::Params>,
     pub limits: crate::limits::Limits,
     pub cm_response_timeout: u8,
 }
@@ -147,6 +150,7 @@ impl Engine {
             counters: setup.counters,
             rings: setup.rings,
             rxe_compat: setup.rxe_compat,
+            dcqcn: setup.dcqcn,
             limits: setup.limits,
             client_hosts: HashMap::new(),
             acks_due: Vec::new(),
@@ -322,6 +326,8 @@ impl Engine {
                     qp.send.timer,
                     qp.send.rnr_wait.map(|w| w.0),
                     qp.send.probe_at,
+                    // Only a QP with packets to send waits for its rate limiter.
+                    crate::dcqcn::wake_at(qp).filter(|_| qp.sq.next != qp.sq.fetched),
                 ]
             })
             .chain([

@@ -77,8 +77,8 @@ impl Engine {
         }
         let transport = bth.opcode.transport();
         if transport == Transport::Cnp {
-            // Congestion control is not modelled: a CNP is noted and dropped.
-            trace!("CNP received");
+            let (qps, ctx) = self.split(Instant::now());
+            crate::dcqcn::on_cnp(qps.get_mut(bth.dest_qp), &ctx);
             return;
         }
         let qpn = bth.dest_qp;
@@ -143,6 +143,7 @@ impl Engine {
             counters: &self.counters,
             now: Instant::now(),
         };
+        crate::dcqcn::on_arrival(qp, &mut ctx, &frame.repr.network);
         if bth.opcode.kind().is_response() {
             completer::on_response(qp, &mut ctx, &bth, &frame.repr.ext, frame.payload());
         } else {

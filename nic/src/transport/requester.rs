@@ -94,6 +94,9 @@ pub fn run(qp: &mut Qp, ctx: &mut Ctx<'_>, budget: usize) -> usize {
     }
     let mut sent = 0;
     while sent < budget && qp.sq.next != qp.sq.fetched && ctx.tx.can_send() {
+        if !crate::dcqcn::may_send(qp, ctx) {
+            break;
+        }
         let index = qp.sq.next;
         let entry = qp.sq.entry(index);
         if entry.failed.is_some() {
@@ -130,10 +133,15 @@ pub fn run(qp: &mut Qp, ctx: &mut Ctx<'_>, budget: usize) -> usize {
         if qp.qp_type == QpType::Rc && psn::diff(packet_psn, qp.send.una) >= WINDOW as i32 {
             break;
         }
+        let tx_bytes = ctx
+            .counters
+            .tx_bytes
+            .load(std::sync::atomic::Ordering::Relaxed);
         if let Err(status) = send_packet(qp, ctx, index) {
             qp.sq.entry_mut(index).failed = Some(status);
             continue;
         }
+        crate::dcqcn::sent(qp, ctx, tx_bytes);
         sent += 1;
         let entry = qp.sq.entry(index);
         if entry.fully_sent() {
