@@ -94,8 +94,21 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         });
     }
 
-    let (la, lb) = mem::pair();
     let region = 64 << 20;
+    // With faults, the same goodput on a clean cable first: the faulty figure as a ratio to a
+    // baseline of this run, on this machine's load.
+    let fault_free = match &faults {
+        Some(_) => {
+            let (la, lb) = mem::pair();
+            let clean = testbed::pair_over(la, lb, QpType::Rc, mtu, region, |_| {}, |_| {})
+                .map_err(|e| Failure::new(format!("could not set up the test bench: {e}")))?;
+            let figure = bench::write_throughput(clean.initiator(), size, 16, 1, duration)
+                .map_err(|e| Failure::new(format!("benchmark failed: {e}")))?;
+            Some(figure.gbit_per_s())
+        }
+        None => None,
+    };
+    let (la, lb) = mem::pair();
     let pair = match faults {
         Some(spec) => testbed::pair_over(
             Faulty::new(la, spec),
@@ -135,6 +148,12 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             big.messages,
             big.elapsed
         )?;
+        if let Some(clean) = fault_free {
+            out!(
+                "  fault-free in this run         {clean:8.2} Gbit/s: with the faults {:.0}% of it",
+                100.0 * big.gbit_per_s() / clean
+            )?;
+        }
     }
     let small = bench::write_throughput(pair.initiator(), 64, 512, 32, duration).map_err(fail)?;
     if !args.json {
@@ -160,6 +179,8 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
                 "gbit_per_s": big.gbit_per_s(),
                 "messages": big.messages,
                 "seconds": big.elapsed.as_secs_f64(),
+                "fault_free_gbit_per_s": fault_free,
+                "ratio_to_fault_free": fault_free.map(|clean| big.gbit_per_s() / clean),
             },
             "small_write": {
                 "size": 64,

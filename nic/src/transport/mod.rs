@@ -9,6 +9,7 @@ pub mod psn;
 pub mod requester;
 pub mod responder;
 pub mod send_queue;
+pub mod window;
 
 use std::collections::HashMap;
 use std::net::IpAddr;
