@@ -593,8 +593,9 @@ fn two_nic_processes_on_a_shared_memory_link() {
 
 /// The congestion point of the real kind: our NICs on veth interfaces through a Linux bridge
 /// whose port towards the receiver has a `tc` RED queue with ECN behind a 100 Mbit/s shaper,
-/// all in a network namespace this test creates. Two senders that mark their RoCE packets
-/// ECT(0) overfill it; the kernel marks them CE, and the receiver's capture shows the marks.
+/// all in a network namespace this test creates. Two senders running DCQCN (their RoCE packets
+/// ECT(0)) overfill it; the kernel marks them CE, the receiver's capture shows the marks, and
+/// our NICs react to marks they did not make: the receiver sends CNPs, the senders cut rates.
 ///
 /// Kernels built without the RED qdisc (CONFIG_NET_SCH_RED; this project's CI kernel has no
 /// AQM qdisc at all) get the kernel's other marker instead: an nftables rule on the same port's
@@ -682,11 +683,9 @@ fn the_kernels_red_queue_marks_our_ect_frames() {
                 neighbours: Vec::new(),
                 pcap: (n == 2).then(|| pcap.clone()),
                 netns: Some(ns.name().to_owned()),
-                extra: if n < 2 {
-                    vec!["--ecn".into()]
-                } else {
-                    Vec::new()
-                },
+                // DCQCN in every NIC: the senders mark ECT(0) and react to CNPs, the
+                // receiver answers the kernel's CE marks with CNPs.
+                extra: vec!["--dcqcn".into()],
             };
             let proc = env.nic(&nic);
             (nic, proc)
@@ -712,6 +711,10 @@ fn the_kernels_red_queue_marks_our_ect_frames() {
         finish(client, &format!("sender {n}"));
         finish(server, &format!("server {n}"));
     }
+    let counters: Vec<serde_json::Value> = started
+        .iter()
+        .map(|(nic, _)| nic_counters(&env, &nic.name))
+        .collect();
     let stats = match marker {
         Marker::Red => tc(&["-s", "qdisc", "show", "dev", egress]),
         Marker::Nftables => {
@@ -747,6 +750,27 @@ fn the_kernels_red_queue_marks_our_ect_frames() {
         "no CE-marked RoCE frame reached the receiver; tc says:\n{stats}"
     );
     decode_strict(&pcap);
+    // Our NICs reacted to marks they did not make: the receiver answered them with CNPs, the
+    // senders cut their rates.
+    let cnps = counter(&counters[2], "cnps_sent");
+    assert!(cnps > 0, "{}", counters[2]);
+    let received: u64 = counters[..2]
+        .iter()
+        .map(|c| counter(c, "cnps_received"))
+        .sum();
+    let cuts: u64 = counters[..2]
+        .iter()
+        .map(|c| counter(c, "dcqcn_rate_cuts"))
+        .sum();
+    assert!(received > 0 && cuts > 0, "{counters:?}");
+    println!(
+        "kernel marker {}: {marked} marks, {ce} CE frames at the receiver, {cnps} CNPs, \
+         {received} received by the senders, {cuts} rate cuts",
+        match marker {
+            Marker::Red => "tc red",
+            Marker::Nftables => "nftables",
+        }
+    );
 }
 
 /// Which of the kernel's markers a test found.
