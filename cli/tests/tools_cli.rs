@@ -428,7 +428,7 @@ fn bench_with_faults_gives_the_goodput_as_a_ratio_to_a_clean_cable_in_the_same_r
     let text = bench(&env, &args);
     assert!(text.status.success(), "{}", text.stderr);
     assert!(
-        text.stdout.contains("fault-free in this run") && text.stdout.contains("% of it"),
+        text.stdout.contains("fault-free, alternating with it") && text.stdout.contains("% of it"),
         "{}",
         text.stdout
     );
