@@ -12,9 +12,10 @@ use std::collections::VecDeque;
 use roce_hostmem::{Access, AccessError};
 use roce_wire::aeth::{self, NakCode, Syndrome};
 use roce_wire::{atomic_ack_eth, bth, Extensions, Frame, Kind, Opcode, Transport};
-use tracing::{debug, info, trace, trace_span};
+use tracing::trace_span;
 
-use super::{psn, scatter, Ctx};
+use super::event::Refusal;
+use super::{psn, scatter, Ctx, ErrorCause, Event};
 use crate::counters;
 use crate::qp::Qp;
 use crate::verbs::types::{wc_flags, QpState, QpType, Wc, WcOpcode, WcStatus};
@@ -87,17 +88,20 @@ pub struct RecvState {
     ack_pending: Option<u32>,
     /// UC: a packet was lost; drop everything until the next message starts.
     uc_dropping: bool,
-    slot: Vec<u8>,
 }
 
 impl RecvState {
-    pub fn new(epsn: u32, recv_slot: usize, cap: &crate::verbs::types::QpCap) -> RecvState {
+    pub fn new(epsn: u32, cap: &crate::verbs::types::QpCap) -> RecvState {
         RecvState {
             epsn,
             recv: RecvWqe::with_capacity(cap),
-            slot: vec![0; recv_slot],
             ..RecvState::default()
         }
+    }
+
+    /// Whether a receive request is being filled.
+    pub fn receive_active(&self) -> bool {
+        self.recv_active
     }
 
     /// Whether READ responses are waiting to be sent.
@@ -125,6 +129,12 @@ enum Refuse {
     Rnr,
 }
 
+/// Refuses with `code`, reporting why.
+fn nak(ctx: &mut Ctx<'_>, code: NakCode, why: Refusal) -> Refuse {
+    ctx.event(Event::Refused(why));
+    Refuse::Nak(code)
+}
+
 /// Handles one request packet addressed to this QP.
 pub fn on_request(qp: &mut Qp, ctx: &mut Ctx<'_>, frame: &Frame<'_>) {
     let bth = &frame.repr.bth;
@@ -132,7 +142,7 @@ pub fn on_request(qp: &mut Qp, ctx: &mut Ctx<'_>, frame: &Frame<'_>) {
     let _enter = span.enter();
     if !matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
         counters::bump(&ctx.counters.rx_bad_state);
-        trace!(state = %qp.state, "QP does not accept requests in this state");
+        ctx.event(Event::BadState { state: qp.state });
         return;
     }
     if qp.qp_type == QpType::Ud {
@@ -147,11 +157,8 @@ pub fn on_request(qp: &mut Qp, ctx: &mut Ctx<'_>, frame: &Frame<'_>) {
             counters::bump(&ctx.counters.rx_out_of_sequence);
             if !qp.recv.nak_sent {
                 qp.recv.nak_sent = true;
-                debug!(
-                    expected = qp.recv.epsn,
-                    "packet ahead of the expected PSN: sequence NAK"
-                );
                 let epsn = qp.recv.epsn;
+                ctx.event(Event::SequenceNak { expected: epsn });
                 send_nak(qp, ctx, epsn, NakCode::PSN_SEQUENCE_ERROR);
             }
             return;
@@ -160,7 +167,7 @@ pub fn on_request(qp: &mut Qp, ctx: &mut Ctx<'_>, frame: &Frame<'_>) {
             duplicate(qp, ctx, bth, &frame.repr.ext);
             return;
         }
-        trace!("PSN in sequence");
+        ctx.event(Event::InSequence);
     } else if uc_resync(qp, ctx, p, kind) {
         return;
     }
@@ -190,7 +197,9 @@ fn uc_resync(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, kind: Kind) -> bool {
     if p != qp.recv.epsn {
         if qp.recv.in_message.is_some() {
             counters::bump(&ctx.counters.uc_messages_dropped);
-            debug!(expected = qp.recv.epsn, "UC packet lost: message dropped");
+            ctx.event(Event::UcMessageLost {
+                expected: qp.recv.epsn,
+            });
         }
         abort_message(qp);
         qp.recv.uc_dropping = !start;
@@ -214,18 +223,16 @@ fn refuse(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, refusal: Refuse) {
     match (qp.qp_type, refusal) {
         (QpType::Rc, Refuse::Nak(code)) => {
             send_nak(qp, ctx, p, code);
-            info!(qpn = qp.qpn, psn = p, nak = %code, "request refused: QP to error");
-            qp.enter_error(ctx);
+            qp.enter_error(ctx, ErrorCause::RequestRefused { psn: p, nak: code });
         }
         (QpType::Rc, Refuse::Rnr) => {
             counters::bump(&ctx.counters.rnr_naks_sent);
             qp.recv.nak_sent = true;
             let timer = qp.attrs.min_rnr_timer;
-            info!(
-                qpn = qp.qpn,
-                psn = p,
-                "SEND with no receive posted: RNR NAK"
-            );
+            ctx.event(Event::RnrNakSent {
+                qpn: qp.qpn,
+                psn: p,
+            });
             send_ack(qp, ctx, p, Syndrome::RnrNak { timer });
         }
         (_, _) => {
@@ -257,8 +264,11 @@ fn execute(
         _ => position.is_start(),
     };
     if !sequence_ok {
-        debug!("opcode out of sequence");
-        return Err(Refuse::Nak(NakCode::INVALID_REQUEST));
+        return Err(nak(
+            ctx,
+            NakCode::INVALID_REQUEST,
+            Refusal::OpcodeOutOfSequence,
+        ));
     }
     let mtu = qp.attrs.path_mtu.bytes() as usize;
     let full = matches!(
@@ -266,11 +276,12 @@ fn execute(
         roce_wire::Position::First | roce_wire::Position::Middle
     );
     if (full && payload.len() != mtu) || payload.len() > mtu {
-        debug!(
-            len = payload.len(),
-            mtu, "payload length does not fit the path MTU"
-        );
-        return Err(Refuse::Nak(NakCode::INVALID_REQUEST));
+        let len = payload.len();
+        return Err(nak(
+            ctx,
+            NakCode::INVALID_REQUEST,
+            Refusal::PayloadLength { len, mtu },
+        ));
     }
     let access = qp.attrs.access;
     let needs = if kind.is_write() {
@@ -283,42 +294,41 @@ fn execute(
         Access::empty()
     };
     if !access.contains(needs) {
-        debug!(%needs, qp_access = %access, "the QP does not allow this operation");
-        return Err(Refuse::Nak(NakCode::INVALID_REQUEST));
+        let why = Refusal::QpAccess {
+            needs,
+            qp_access: access,
+        };
+        return Err(nak(ctx, NakCode::INVALID_REQUEST, why));
     }
     // IBTA C9-94: one RDMA request moves at most 2^31 bytes. A longer one is malformed whatever
     // the memory tables say, so it is refused before any key is looked at.
     if let Some(reth) = ext.reth.filter(|r| r.dma_len > MAX_DMA_LEN) {
-        debug!(dma_len = reth.dma_len, "RETH DMA length above 2^31");
-        return Err(Refuse::Nak(NakCode::INVALID_REQUEST));
+        let why = Refusal::DmaLengthTooLong {
+            dma_len: reth.dma_len,
+        };
+        return Err(nak(ctx, NakCode::INVALID_REQUEST, why));
     }
     match kind {
         k if k.is_send() => receive_send(qp, ctx, bth, ext, payload).map(|()| 1),
         k if k.is_write() => receive_write(qp, ctx, bth, ext, payload).map(|()| 1),
         Kind::ReadRequest => receive_read(qp, ctx, bth, ext),
         Kind::CompareSwap | Kind::FetchAdd => receive_atomic(qp, ctx, bth, ext).map(|()| 1),
-        _ => {
-            debug!("operation not supported by this responder");
-            Err(Refuse::Nak(NakCode::INVALID_REQUEST))
-        }
+        _ => Err(nak(ctx, NakCode::INVALID_REQUEST, Refusal::Unsupported)),
     }
 }
 
 /// Takes the next posted receive, if there is one.
 fn take_receive(qp: &mut Qp, ctx: &mut Ctx<'_>) -> bool {
     loop {
-        if !qp.rq.next(&mut qp.recv.slot) {
-            return false;
-        }
-        qp.rq.release(1);
-        match qp.recv.recv.decode(&qp.recv.slot, &qp.cap) {
-            Ok(()) => {
+        match qp.rq.take(&mut qp.recv.recv) {
+            None => return false,
+            Some(Ok(())) => {
                 qp.recv.recv_active = true;
                 qp.recv.recv_offset = 0;
                 return true;
             }
-            Err(e) => {
-                debug!(error = %e, "malformed receive request");
+            Some(Err(error)) => {
+                ctx.event(Event::MalformedReceive { error });
                 complete_recv(qp, ctx, WcStatus::LocLenErr, WcOpcode::Recv, 0, 0, 0);
             }
         }
@@ -341,25 +351,25 @@ fn receive_send(
     }
     let offset = qp.recv.recv_offset;
     if offset + payload.len() as u64 > qp.recv.recv.capacity() {
-        debug!(
-            needed = offset + payload.len() as u64,
-            posted = qp.recv.recv.capacity(),
-            "SEND longer than the posted receive"
-        );
+        let why = Refusal::ReceiveTooShort {
+            needed: offset + payload.len() as u64,
+            posted: qp.recv.recv.capacity(),
+        };
+        let refusal = nak(ctx, NakCode::INVALID_REQUEST, why);
         complete_recv(qp, ctx, WcStatus::LocLenErr, WcOpcode::Recv, 0, 0, 0);
-        return Err(Refuse::Nak(NakCode::INVALID_REQUEST));
+        return Err(refusal);
     }
-    if let Err(e) = scatter(ctx.mrs, qp.pd, &qp.recv.recv.sges, offset, payload) {
-        debug!(error = %e, "receive buffer not accessible");
+    if let Err(error) = scatter(ctx.mrs, qp.pd, &qp.recv.recv.sges, offset, payload) {
+        let why = Refusal::ReceiveNotAccessible { error };
+        let refusal = nak(ctx, NakCode::REMOTE_OPERATIONAL_ERROR, why);
         complete_recv(qp, ctx, WcStatus::LocProtErr, WcOpcode::Recv, 0, 0, 0);
-        return Err(Refuse::Nak(NakCode::REMOTE_OPERATIONAL_ERROR));
+        return Err(refusal);
     }
     counters::add(&ctx.counters.dma_write_bytes, payload.len() as u64);
-    trace!(
+    ctx.event(Event::SendPlaced {
         offset,
-        len = payload.len(),
-        "SEND data placed in the posted receive"
-    );
+        len: payload.len(),
+    });
     qp.recv.recv_offset += payload.len() as u64;
     if !position.is_end() {
         qp.recv.in_message = Some(InMessage::Send);
@@ -371,12 +381,10 @@ fn receive_send(
         // fast-registration MRs (Soft-RoCE too refuses any other MR). This NIC has neither —
         // every registration is a plain one, which its owner keeps using — so a SEND with
         // Invalidate is refused whatever R_Key it names, and no key changes.
-        debug!(
-            rkey = format_args!("{:#x}", inv.r_key),
-            "SEND with Invalidate: no memory here may be invalidated by a peer"
-        );
+        let why = Refusal::Invalidate { rkey: inv.r_key };
+        let refusal = nak(ctx, NakCode::INVALID_REQUEST, why);
         complete_recv(qp, ctx, WcStatus::RemInvReqErr, WcOpcode::Recv, 0, 0, 0);
-        return Err(Refuse::Nak(NakCode::INVALID_REQUEST));
+        return Err(refusal);
     }
     let (imm, flags) = match ext.immdt {
         Some(i) => (i.imm, wc_flags::WITH_IMM),
@@ -400,15 +408,19 @@ fn receive_write(
         let reth = ext.reth.unwrap_or_default();
         let len = u64::from(reth.dma_len);
         // Check the whole range once, before any byte lands.
-        ctx.mrs
-            .resolve_remote(reth.r_key, qp.pd, reth.va, len, Access::REMOTE_WRITE)
-            .map_err(access_refusal)?;
-        trace!(
-            rkey = format_args!("{:#x}", reth.r_key),
-            va = format_args!("{:#x}", reth.va),
+        if let Err(e) =
+            ctx.mrs
+                .resolve_remote(reth.r_key, qp.pd, reth.va, len, Access::REMOTE_WRITE)
+        {
+            return Err(access_refusal(ctx, e));
+        }
+        ctx.event(Event::RkeyChecked {
+            write: true,
+            rkey: reth.r_key,
+            va: reth.va,
             len,
-            "rkey checked: WRITE allowed"
-        );
+            npkts: 0,
+        });
         qp.recv.in_message = Some(InMessage::Write {
             rkey: reth.r_key,
             va: reth.va,
@@ -423,20 +435,24 @@ fn receive_write(
         offset,
     }) = qp.recv.in_message
     else {
-        return Err(Refuse::Nak(NakCode::INVALID_REQUEST));
+        return Err(nak(
+            ctx,
+            NakCode::INVALID_REQUEST,
+            Refusal::OpcodeOutOfSequence,
+        ));
     };
     let end = offset + payload.len() as u64;
     if end > len || (position.is_end() && end != len) {
-        debug!(len, end, "WRITE data does not match its DMA length");
-        return Err(Refuse::Nak(NakCode::INVALID_REQUEST));
+        let why = Refusal::WriteLength { len, end };
+        return Err(nak(ctx, NakCode::INVALID_REQUEST, why));
     }
     let with_imm = ext.immdt.is_some();
     if with_imm && !qp.recv.recv_active && !take_receive(qp, ctx) {
         return Err(Refuse::Rnr);
     }
     if !payload.is_empty() {
-        let place = ctx
-            .mrs
+        let mrs = ctx.mrs;
+        let place = match mrs
             .resolve_remote(
                 rkey,
                 qp.pd,
@@ -444,15 +460,17 @@ fn receive_write(
                 payload.len() as u64,
                 Access::REMOTE_WRITE,
             )
-            .map_err(access_refusal)?;
-        place.write(0, payload).map_err(access_refusal)?;
+            .and_then(|place| place.write(0, payload).map(|()| place))
+        {
+            Ok(place) => place,
+            Err(e) => return Err(access_refusal(ctx, e)),
+        };
         counters::add(&ctx.counters.dma_write_bytes, payload.len() as u64);
-        trace!(
-            region = place.region_name().unwrap_or("-"),
-            region_offset = place.region_offset(),
-            len = payload.len(),
-            "DMA: WRITE data placed in host memory"
-        );
+        ctx.event(Event::WritePlaced {
+            region: place.region_name(),
+            region_offset: place.region_offset(),
+            len: payload.len(),
+        });
     }
     if !position.is_end() {
         qp.recv.in_message = Some(InMessage::Write {
@@ -487,18 +505,21 @@ fn receive_read(
 ) -> Result<u32, Refuse> {
     let reth = ext.reth.unwrap_or_default();
     let len = u64::from(reth.dma_len);
-    ctx.mrs
+    if let Err(e) = ctx
+        .mrs
         .resolve_remote(reth.r_key, qp.pd, reth.va, len, Access::REMOTE_READ)
-        .map_err(access_refusal)?;
+    {
+        return Err(access_refusal(ctx, e));
+    }
     let mtu = u64::from(qp.attrs.path_mtu.bytes());
     let npkts = len.div_ceil(mtu).max(1) as u32;
-    trace!(
-        rkey = format_args!("{:#x}", reth.r_key),
-        va = format_args!("{:#x}", reth.va),
+    ctx.event(Event::RkeyChecked {
+        write: false,
+        rkey: reth.r_key,
+        va: reth.va,
         len,
         npkts,
-        "rkey checked: READ allowed"
-    );
+    });
     remember(
         qp,
         Resource::Read {
@@ -527,22 +548,22 @@ fn receive_atomic(
     ext: &Extensions,
 ) -> Result<(), Refuse> {
     let a = ext.atomic_eth.unwrap_or_default();
-    let place = ctx
-        .mrs
-        .resolve_atomic(a.r_key, qp.pd, a.va)
-        .map_err(access_refusal)?;
+    let mrs = ctx.mrs;
+    let place = match mrs.resolve_atomic(a.r_key, qp.pd, a.va) {
+        Ok(place) => place,
+        Err(e) => return Err(access_refusal(ctx, e)),
+    };
     let original = if bth.opcode.kind() == Kind::CompareSwap {
         place.compare_and_swap(a.compare, a.swap_add)
     } else {
         place.fetch_and_add(a.swap_add)
     };
     counters::bump(&ctx.counters.atomics_executed);
-    trace!(
-        region = place.region_name().unwrap_or("-"),
-        region_offset = place.region_offset(),
+    ctx.event(Event::AtomicExecuted {
+        region: place.region_name(),
+        region_offset: place.region_offset(),
         original,
-        "atomic executed on host memory"
-    );
+    });
     remember(
         qp,
         Resource::Atomic {
@@ -565,13 +586,13 @@ fn remember(qp: &mut Qp, resource: Resource) {
     qp.recv.resources.push_back(resource);
 }
 
-fn access_refusal(e: AccessError) -> Refuse {
-    debug!(error = %e, "memory access refused");
-    if e.is_invalid_request() {
-        Refuse::Nak(NakCode::INVALID_REQUEST)
+fn access_refusal(ctx: &mut Ctx<'_>, error: AccessError) -> Refuse {
+    let code = if error.is_invalid_request() {
+        NakCode::INVALID_REQUEST
     } else {
-        Refuse::Nak(NakCode::REMOTE_ACCESS_ERROR)
-    }
+        NakCode::REMOTE_ACCESS_ERROR
+    };
+    nak(ctx, code, Refusal::Memory { error })
 }
 
 /// A request PSN before the expected one: the requester did not see our answer.
@@ -579,7 +600,9 @@ fn duplicate(qp: &mut Qp, ctx: &mut Ctx<'_>, bth: &bth::Repr, ext: &Extensions) 
     counters::bump(&ctx.counters.rx_duplicates);
     let p = bth.psn;
     let kind = bth.opcode.kind();
-    trace!(expected = qp.recv.epsn, "duplicate request");
+    ctx.event(Event::Duplicate {
+        expected: qp.recv.epsn,
+    });
     match kind {
         Kind::ReadRequest => {
             let reth = ext.reth.unwrap_or_default();
@@ -614,8 +637,11 @@ fn duplicate(qp: &mut Qp, ctx: &mut Ctx<'_>, bth: &bth::Repr, ext: &Extensions) 
                     // Answer again from memory, replacing a reply to the same READ in progress.
                     qp.recv.replies.retain(|r| r.first_psn != reply.first_psn);
                     qp.recv.replies.push_back(reply);
+                    ctx.event(Event::DuplicateReadReplayed {
+                        first_psn: reply.first_psn,
+                    });
                 }
-                None => trace!("duplicate READ outside any remembered READ: dropped"),
+                None => ctx.event(Event::DuplicateReadUnknown),
             }
         }
         Kind::CompareSwap | Kind::FetchAdd => {
@@ -626,10 +652,10 @@ fn duplicate(qp: &mut Qp, ctx: &mut Ctx<'_>, bth: &bth::Repr, ext: &Extensions) 
             match saved {
                 Some(original) => {
                     counters::bump(&ctx.counters.atomic_replays);
-                    debug!(original, "duplicate atomic answered from the saved result");
+                    ctx.event(Event::AtomicReplayed { original });
                     send_atomic_ack(qp, ctx, p, original);
                 }
-                None => trace!("duplicate atomic not remembered: dropped"),
+                None => ctx.event(Event::DuplicateAtomicUnknown),
             }
         }
         _ => {
@@ -648,10 +674,7 @@ pub fn flush_ack(qp: &mut Qp, ctx: &mut Ctx<'_>) {
         return;
     };
     if qp.recv.replies.iter().any(|r| psn::before(r.first_psn, p)) {
-        trace!(
-            psn = p,
-            "ACK held until the READ responses before it are sent"
-        );
+        ctx.event(Event::AckHeld { psn: p });
         return;
     }
     qp.recv.ack_pending = None;
@@ -675,12 +698,12 @@ fn send_ack(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, syndrome: Syndrome) {
     if matches!(syndrome, Syndrome::Ack { .. }) {
         counters::bump(&ctx.counters.acks_sent);
     }
-    trace!(psn = p, %syndrome, "ACK sent");
+    ctx.event(Event::AckSent { psn: p, syndrome });
 }
 
 fn send_atomic_ack(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, original: u64) {
     answer(qp, ctx, p, Syndrome::ack(), Some(original));
-    trace!(psn = p, original, "atomic ACK sent");
+    ctx.event(Event::AtomicAckSent { psn: p, original });
 }
 
 /// Sends an ACKNOWLEDGE, or with `original` an ATOMIC ACKNOWLEDGE, for PSN `p`. An answer for
@@ -706,7 +729,7 @@ fn answer(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, syndrome: Syndrome, original: 
         ..Extensions::default()
     };
     let repr = path.frame(answer_bth(qp, opcode, p), ext, 0);
-    ctx.tx.send_simple(&repr, &[]);
+    ctx.send_simple(&repr);
 }
 
 /// The BTH of an answer to the QP's peer: the QP's own P_Key, as on its requests.
@@ -720,7 +743,7 @@ fn answer_bth(qp: &Qp, opcode: Opcode, psn: u32) -> bth::Repr {
 pub fn send_replies(qp: &mut Qp, ctx: &mut Ctx<'_>, budget: usize) -> usize {
     let mtu = u64::from(qp.attrs.path_mtu.bytes());
     let mut sent = 0;
-    while sent < budget && ctx.tx.can_send() {
+    while sent < budget && ctx.out.can_send() {
         let Some(reply) = qp.recv.replies.front().copied() else {
             break;
         };
@@ -748,8 +771,8 @@ pub fn send_replies(qp: &mut Qp, ctx: &mut Ctx<'_>, budget: usize) -> usize {
         }
         let repr = path.frame(answer_bth(qp, opcode, p), ext, n as usize);
         let pd = qp.pd;
-        let mrs = &*ctx.mrs;
-        let result = ctx.tx.send(&repr, |dst| {
+        let mrs = ctx.mrs;
+        let result = ctx.out.send(&repr, &mut |dst| {
             let place = mrs.resolve_remote(
                 reply.rkey,
                 pd,
@@ -759,21 +782,17 @@ pub fn send_replies(qp: &mut Qp, ctx: &mut Ctx<'_>, budget: usize) -> usize {
             )?;
             place.read_into(0, dst)
         });
-        if let Err(e) = result {
+        if let Err(error) = result {
             // The memory went away while the reply was under way.
-            debug!(error = %e, "READ source no longer accessible");
+            ctx.event(Event::ReadSourceGone { error });
             qp.recv.replies.pop_front();
             send_nak(qp, ctx, p, NakCode::REMOTE_ACCESS_ERROR);
-            qp.enter_error(ctx);
+            qp.enter_error(ctx, ErrorCause::ReadSourceGone { psn: p });
             break;
         }
         counters::add(&ctx.counters.dma_read_bytes, n);
         counters::bump(&ctx.counters.read_responses_sent);
-        trace!(
-            psn = p,
-            len = n,
-            "DMA: READ response data read from host memory"
-        );
+        ctx.event(Event::ReadResponseSent { psn: p, len: n });
         sent += 1;
         match qp.recv.replies.front_mut() {
             Some(r) if !last => r.offset += n,
@@ -797,16 +816,15 @@ fn ud_receive(qp: &mut Qp, ctx: &mut Ctx<'_>, frame: &Frame<'_>) {
     };
     if deth.q_key != qp.attrs.qkey {
         counters::bump(&ctx.counters.rx_qkey_mismatch);
-        debug!(
-            q_key = format_args!("{:#x}", deth.q_key),
-            expected = format_args!("{:#x}", qp.attrs.qkey),
-            "Q_Key mismatch: datagram dropped"
-        );
+        ctx.event(Event::QkeyMismatch {
+            q_key: deth.q_key,
+            expected: qp.attrs.qkey,
+        });
         return;
     }
     if !qp.recv.recv_active && !take_receive(qp, ctx) {
         counters::bump(&ctx.counters.rx_no_receive);
-        debug!("UD datagram with no receive posted: dropped");
+        ctx.event(Event::UdNoReceive);
         return;
     }
     // The GRH area: an IPv6 header as it came, or 20 zero bytes then the IPv4 header.
@@ -846,12 +864,11 @@ fn ud_receive(qp: &mut Qp, ctx: &mut Ctx<'_>, frame: &Frame<'_>) {
         src_qp: deth.src_qp,
         wc_flags: flags,
     };
-    ctx.cqs.complete(qp.recv_cq, &wc, ctx.counters);
-    trace!(
-        len = payload.len(),
-        src_qp = deth.src_qp,
-        "UD datagram delivered"
-    );
+    ctx.out.complete(qp.recv_cq, &wc);
+    ctx.event(Event::UdDelivered {
+        len: payload.len(),
+        src_qp: deth.src_qp,
+    });
 }
 
 /// Completes the receive being filled.
@@ -876,22 +893,29 @@ fn complete_recv(
         src_qp: qp.attrs.dest_qp_num,
         wc_flags: flags,
     };
-    ctx.cqs.complete(qp.recv_cq, &wc, ctx.counters);
-    trace!(wr_id = wc.wr_id, %status, len, "receive completed");
+    ctx.out.complete(qp.recv_cq, &wc);
+    ctx.event(Event::ReceiveCompleted {
+        wr_id: wc.wr_id,
+        status,
+        len,
+    });
 }
 
-/// Completes every posted receive with a flush error (the QP entered the error state).
+/// Stops everything under way (the QP entered the error state): no more answers.
+pub fn stop(qp: &mut Qp) {
+    qp.recv.in_message = None;
+    qp.recv.replies.clear();
+    qp.recv.ack_pending = None;
+}
+
+/// Completes every fetched receive with a flush error (the QP is in the error state).
 pub fn flush_receives(qp: &mut Qp, ctx: &mut Ctx<'_>) {
     if qp.recv.recv_active {
         complete_recv(qp, ctx, WcStatus::WrFlushErr, WcOpcode::Recv, 0, 0, 0);
     }
-    while qp.rq.next(&mut qp.recv.slot) {
-        qp.rq.release(1);
-        let _ = qp.recv.recv.decode(&qp.recv.slot, &qp.cap);
+    while qp.rq.take(&mut qp.recv.recv).is_some() {
         qp.recv.recv_active = true;
         complete_recv(qp, ctx, WcStatus::WrFlushErr, WcOpcode::Recv, 0, 0, 0);
     }
-    qp.recv.in_message = None;
-    qp.recv.replies.clear();
-    qp.recv.ack_pending = None;
+    stop(qp);
 }
