@@ -404,6 +404,13 @@ fn receive_write(
     payload: &[u8],
 ) -> Result<(), Refuse> {
     let position = bth.opcode.position();
+    // A WRITE with immediate consumes a receive. Without one it is refused (RNR) before it
+    // changes anything, so that the requester's retry finds the responder as it was: a
+    // WRITE_ONLY refused after it had opened a message would meet a message in progress.
+    let with_imm = ext.immdt.is_some();
+    if with_imm && !qp.recv.recv_active && !take_receive(qp, ctx) {
+        return Err(Refuse::Rnr);
+    }
     if position.is_start() {
         let reth = ext.reth.unwrap_or_default();
         let len = u64::from(reth.dma_len);
@@ -445,10 +452,6 @@ fn receive_write(
     if end > len || (position.is_end() && end != len) {
         let why = Refusal::WriteLength { len, end };
         return Err(nak(ctx, NakCode::INVALID_REQUEST, why));
-    }
-    let with_imm = ext.immdt.is_some();
-    if with_imm && !qp.recv.recv_active && !take_receive(qp, ctx) {
-        return Err(Refuse::Rnr);
     }
     if !payload.is_empty() {
         let mrs = ctx.mrs;
