@@ -56,6 +56,25 @@ enum Resource {
     },
 }
 
+/// An answer waiting for its turn: answers leave in PSN order, as a responder that finishes
+/// each request before the next (rxe) sends them, so an atomic ACK never overtakes the READ
+/// responses before it (the requester would take them for lost and go back).
+#[derive(Debug, Clone, Copy)]
+enum Reply {
+    Read(ReadReply),
+    Atomic { psn: u32, original: u64 },
+}
+
+impl Reply {
+    /// The first PSN the answer is for.
+    fn psn(&self) -> u32 {
+        match *self {
+            Reply::Read(r) => r.first_psn,
+            Reply::Atomic { psn, .. } => psn,
+        }
+    }
+}
+
 /// READ response packets still to send.
 #[derive(Debug, Clone, Copy)]
 struct ReadReply {
@@ -83,7 +102,7 @@ pub struct RecvState {
     recv_active: bool,
     recv_offset: u64,
     resources: VecDeque<Resource>,
-    replies: VecDeque<ReadReply>,
+    replies: VecDeque<Reply>,
     /// Highest PSN owed an ACK (sent once per batch of received frames).
     ack_pending: Option<u32>,
     /// UC: a packet was lost; drop everything until the next message starts.
@@ -534,13 +553,13 @@ fn receive_read(
         },
     );
     qp.recv.msn = psn::add(qp.recv.msn, 1);
-    qp.recv.replies.push_back(ReadReply {
+    qp.recv.replies.push_back(Reply::Read(ReadReply {
         first_psn: bth.psn,
         va: reth.va,
         rkey: reth.r_key,
         len,
         offset: 0,
-    });
+    }));
     Ok(npkts)
 }
 
@@ -575,7 +594,7 @@ fn receive_atomic(
         },
     );
     qp.recv.msn = psn::add(qp.recv.msn, 1);
-    send_atomic_ack(qp, ctx, bth.psn, original);
+    reply_atomic(qp, ctx, bth.psn, original);
     Ok(())
 }
 
@@ -638,8 +657,8 @@ fn duplicate(qp: &mut Qp, ctx: &mut Ctx<'_>, bth: &bth::Repr, ext: &Extensions) 
             match found {
                 Some(reply) => {
                     // Answer again from memory, replacing a reply to the same READ in progress.
-                    qp.recv.replies.retain(|r| r.first_psn != reply.first_psn);
-                    qp.recv.replies.push_back(reply);
+                    qp.recv.replies.retain(|r| r.psn() != reply.first_psn);
+                    qp.recv.replies.push_back(Reply::Read(reply));
                     ctx.event(Event::DuplicateReadReplayed {
                         first_psn: reply.first_psn,
                     });
@@ -656,7 +675,7 @@ fn duplicate(qp: &mut Qp, ctx: &mut Ctx<'_>, bth: &bth::Repr, ext: &Extensions) 
                 Some(original) => {
                     counters::bump(&ctx.counters.atomic_replays);
                     ctx.event(Event::AtomicReplayed { original });
-                    send_atomic_ack(qp, ctx, p, original);
+                    reply_atomic(qp, ctx, p, original);
                 }
                 None => ctx.event(Event::DuplicateAtomicUnknown),
             }
@@ -676,7 +695,7 @@ pub fn flush_ack(qp: &mut Qp, ctx: &mut Ctx<'_>) {
     let Some(p) = qp.recv.ack_pending else {
         return;
     };
-    if qp.recv.replies.iter().any(|r| psn::before(r.first_psn, p)) {
+    if qp.recv.replies.iter().any(|r| psn::before(r.psn(), p)) {
         ctx.event(Event::AckHeld { psn: p });
         return;
     }
@@ -702,6 +721,17 @@ fn send_ack(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, syndrome: Syndrome) {
         counters::bump(&ctx.counters.acks_sent);
     }
     ctx.event(Event::AckSent { psn: p, syndrome });
+}
+
+/// Answers an atomic: at once, or behind the READ responses still to send.
+fn reply_atomic(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, original: u64) {
+    if qp.recv.replies.is_empty() {
+        send_atomic_ack(qp, ctx, p, original);
+    } else {
+        qp.recv
+            .replies
+            .push_back(Reply::Atomic { psn: p, original });
+    }
 }
 
 fn send_atomic_ack(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, original: u64) {
@@ -742,13 +772,22 @@ fn answer_bth(qp: &Qp, opcode: Opcode, psn: u32) -> bth::Repr {
     bth
 }
 
-/// Sends up to `budget` READ response packets. Returns how many were sent.
+/// Sends up to `budget` READ response packets (and the atomic ACKs queued behind them).
+/// Returns how many were sent.
 pub fn send_replies(qp: &mut Qp, ctx: &mut Ctx<'_>, budget: usize) -> usize {
     let mtu = u64::from(qp.attrs.path_mtu.bytes());
     let mut sent = 0;
     while sent < budget && ctx.out.can_send() {
-        let Some(reply) = qp.recv.replies.front().copied() else {
-            break;
+        let reply = match qp.recv.replies.front().copied() {
+            None => break,
+            Some(Reply::Atomic { psn, original }) => {
+                qp.recv.replies.pop_front();
+                send_atomic_ack(qp, ctx, psn, original);
+                sent += 1;
+                flush_ack(qp, ctx);
+                continue;
+            }
+            Some(Reply::Read(reply)) => reply,
         };
         let Some(path) = qp.path else { break };
         let index = (reply.offset / mtu) as u32;
@@ -798,7 +837,7 @@ pub fn send_replies(qp: &mut Qp, ctx: &mut Ctx<'_>, budget: usize) -> usize {
         ctx.event(Event::ReadResponseSent { psn: p, len: n });
         sent += 1;
         match qp.recv.replies.front_mut() {
-            Some(r) if !last => r.offset += n,
+            Some(Reply::Read(r)) if !last => r.offset += n,
             _ => {
                 qp.recv.replies.pop_front();
                 // An ACK held back for this READ may go now.
