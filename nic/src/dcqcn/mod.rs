@@ -74,7 +74,10 @@ pub fn on_arrival(qp: &mut Qp, ctx: &mut Ctx<'_>, network: &NetworkRepr) {
         return;
     }
     let repr = np::cnp(&path, qp.attrs.dest_qp_num, qp.p_key, &cc.params);
-    ctx.tx.send_simple(&repr, &np::CNP_PAYLOAD);
+    let _ = ctx.out.send(&repr, &mut |payload| {
+        payload.copy_from_slice(&np::CNP_PAYLOAD);
+        Ok(())
+    });
     counters::bump(&ctx.counters.cnps_sent);
     debug!(
         qpn = qp.qpn,
@@ -83,9 +86,15 @@ pub fn on_arrival(qp: &mut Qp, ctx: &mut Ctx<'_>, network: &NetworkRepr) {
     );
 }
 
+/// A CNP for a QP that does not exist arrived.
+pub fn no_qp_for_cnp(counters: &crate::counters::Counters) {
+    counters::bump(&counters.cnps_ignored);
+    trace!("CNP for no QP: ignored");
+}
+
 /// A CNP for `qp` arrived: its reaction point cuts the rate.
-pub fn on_cnp(qp: Option<&mut Qp>, ctx: &Ctx<'_>) {
-    let Some(cc) = qp.and_then(|qp| qp.congestion.as_deref_mut()) else {
+pub fn on_cnp(qp: &mut Qp, ctx: &mut Ctx<'_>) {
+    let Some(cc) = qp.congestion.as_deref_mut() else {
         counters::bump(&ctx.counters.cnps_ignored);
         trace!("CNP for a QP without DCQCN: ignored");
         return;
