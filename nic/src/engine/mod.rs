@@ -324,9 +324,11 @@ impl Engine {
     fn next_deadline(&self) -> Option<Instant> {
         self.qps
             .iter()
-            // A QP with packets to send also waits for its rate limiter.
+            // A QP with packets to send (requests, READ responses) also waits for its rate
+            // limiter.
             .map(|qp| {
-                let limiter = crate::dcqcn::wake_at(qp).filter(|_| qp.sq.next != qp.sq.fetched);
+                let pending = qp.sq.next != qp.sq.fetched || qp.recv.has_replies();
+                let limiter = crate::dcqcn::wake_at(qp).filter(|_| pending);
                 qp.deadline().into_iter().chain(limiter).min()
             })
             .chain([
