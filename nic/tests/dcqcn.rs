@@ -46,8 +46,14 @@ fn pair(dcqcn: bool, both: bool) -> Pair {
     let la = Marking { inner: la };
     let configure = |config: &mut roce_nic::DeviceConfig| {
         if dcqcn {
-            // A 1 Gbit/s line: the first cut halves it, so pacing shows at once.
-            config.dcqcn = Some(Params::default().with_line_rate(1_000_000_000));
+            // A 1 Gbit/s line, and no increase for the length of a test: once cut, a rate
+            // stays cut, whenever the engines get to run; every packet is marked, so the
+            // rate soon sits at the minimum: 200 Mbit/s keeps the test short.
+            let mut params = Params::default().with_line_rate(1_000_000_000);
+            params.set("rp_min_rate=200").unwrap();
+            params.set("rp_time_reset=10000000").unwrap();
+            params.set("rp_byte_reset=4294967295").unwrap();
+            config.dcqcn = Some(params);
         }
     };
     let lb: Box<dyn Link> = if both {
@@ -56,6 +62,14 @@ fn pair(dcqcn: bool, both: bool) -> Pair {
         Box::new(lb)
     };
     pair_over(la, lb, QpType::Rc, Mtu::M1024, 1 << 20, configure, |_| {}).unwrap()
+}
+
+/// Posts `op` twice, one after the other. The first brings the CNPs: the receiver of its
+/// marked packets sends them before it acknowledges or completes it, and they travel ahead of
+/// the second's packets, so the second meets a rate already cut.
+fn post_twice(p: &Pair, op: SendOp, len: usize) {
+    post(p, op, len);
+    post(p, op, len);
 }
 
 fn post(p: &Pair, op: SendOp, len: usize) {
@@ -82,7 +96,7 @@ fn marked_writes_come_back_as_cnps_and_the_writer_paces() {
         remote_addr: p.b.mr.va,
         rkey: p.b.mr.rkey,
     };
-    post(&p, op, LEN);
+    post_twice(&p, op, LEN);
     assert_eq!(p.b.read(0, LEN), pattern(LEN, 3));
     let (a, b) = (p.dev_a.counters(), p.dev_b.counters());
     // b saw the marks and answered with CNPs, at most one per marked packet…
@@ -108,7 +122,7 @@ fn marked_read_responses_pace_the_responder() {
         remote_addr: p.b.mr.va,
         rkey: p.b.mr.rkey,
     };
-    post(&p, op, LEN);
+    post_twice(&p, op, LEN);
     assert_eq!(p.a.read(0, LEN), pattern(LEN, 5));
     let (a, b) = (p.dev_a.counters(), p.dev_b.counters());
     assert!(a.cnps_sent > 0, "{a:?}");
