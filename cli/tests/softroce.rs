@@ -269,7 +269,9 @@ fn committed_captures_hold_real_rxe_frames_and_their_field_dumps() {
 /// agent: the handshake (REQ, REP, RTU), 300 pings each way with every ping's SEND, RDMA READ,
 /// SEND, RDMA WRITE and SEND, verified (the client's `-V`; our server checks every ping it
 /// reads), and the teardown (DREQ, DREP); then ucmatose both ways (100 messages of 1000 bytes
-/// each way, the server disconnecting). With `ROCE_REGENERATE_CAPTURES=1` the CM MADs of the
+/// each way, the server disconnecting); then `ib_write_bw -R` and `ib_send_lat -R` both ways
+/// against `roce perftest -R` (two CM connections each: perftest's exchange and the test's QP,
+/// no TCP). With `ROCE_REGENERATE_CAPTURES=1` the CM MADs of the
 /// run replace `captures/softroce/rdma-cm-tools/rping-ucmatose-rxe.pcap`.
 #[test]
 fn rping_through_the_rdma_cm() {
@@ -279,7 +281,12 @@ fn rping_through_the_rdma_cm() {
         faults: None,
         capture_each: false,
         via_switch: false,
-        scenarios: scenarios(&[(Rping, "-C 300 -V"), (Ucmatose, "-C 100 -S 1000")]),
+        scenarios: scenarios(&[
+            (Rping, "-C 300 -V"),
+            (Ucmatose, "-C 100 -S 1000"),
+            (Perftest("write_bw"), "-R -s 65536 -n 200"),
+            (Perftest("send_lat"), "-R -s 2 -n 200"),
+        ]),
     });
     if let (Some(nic), true) = (captures.first(), interop::captures::regenerate()) {
         interop::pair::commit_handshakes(nic, RPING_CAPTURE);

@@ -237,7 +237,8 @@ impl Group {
 
 /// The guest script's helpers. `client` retries (at most 240 times, 0.5 s apart: longer than
 /// a scenario of ours may take, so that one failure does not make the next fail too) while the
-/// server is not listening yet (for rping and ucmatose: while the CM answers REJ); `scenario`
+/// server is not listening yet (for rping, ucmatose and perftest's `-R`: while the CM answers
+/// REJ, which perftest reports as "Unable to init the socket connection"); `scenario`
 /// frames a run's output for [`super::guest::Console`].
 pub const GUEST_PRELUDE: &str = r#"
 client() {
@@ -245,7 +246,7 @@ client() {
   while :; do
     "$@" >/tmp/out 2>&1
     rc=$?
-    if [ $rc -ne 0 ] && grep -Eq "Couldn't connect|Unable to open file descriptor|Connection refused|RDMA_CM_EVENT_REJECTED|event: RDMA_CM_EVENT_REJECTED" /tmp/out && [ $i -lt 240 ]; then
+    if [ $rc -ne 0 ] && grep -Eq "Couldn't connect|Unable to open file descriptor|Connection refused|RDMA_CM_EVENT_REJECTED|event: RDMA_CM_EVENT_REJECTED|Unable to init the socket connection" /tmp/out && [ $i -lt 240 ]; then
       i=$((i + 1)); sleep 0.5; continue
     fi
     cat /tmp/out
