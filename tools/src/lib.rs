@@ -22,6 +22,7 @@ pub mod perftest;
 pub mod pingpong;
 pub mod rping;
 pub mod ucmatose;
+pub mod udaddy;
 
 pub use error::ToolError;
 pub use oob::{Limits, Role};
