@@ -319,4 +319,17 @@ fn every_test_through_the_rdma_cm() {
             server.verified, client.verified
         );
     }
+    // -a over the RDMA CM: every size on one connection.
+    for test in [Test::WriteBw, Test::SendLat] {
+        let (_, _, client, client_out) = both(Options {
+            rdma_cm: true,
+            all_sizes: true,
+            mtu: Some(Mtu::M1024),
+            ..opts(test, 65536, 5)
+        });
+        let Measured::Sweep(sizes) = &client.result else {
+            panic!("{test:?}: {client_out}")
+        };
+        assert_eq!(sizes.len(), 23, "{test:?}: {client_out}");
+    }
 }
