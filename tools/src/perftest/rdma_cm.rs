@@ -273,7 +273,8 @@ impl CmLink {
 
     /// The end, once everything is said: the client disconnects the test's connection and
     /// waits for the server's disconnect of the exchange's; the server waits for the first and
-    /// then makes the second. A peer that never disconnects is waited for a few seconds.
+    /// then makes the second. A peer that does not answer is waited for a few seconds only:
+    /// the test is over, and the CM agent finishes the teardown on its own.
     pub fn close(mut self) -> Result<(), ToolError> {
         let wait = DISCONNECT_WAIT.min(self.limits.step);
         let data = self.data.take();
@@ -281,7 +282,7 @@ impl CmLink {
             Role::Client(_) => {
                 if let Some(data) = &data {
                     data.disconnect()?;
-                    wait_for(&self.ctx, data.id(), CmEventKind::Disconnected, wait)?;
+                    let _ = wait_for(&self.ctx, data.id(), CmEventKind::Disconnected, wait);
                 }
                 if wait_for(&self.ctx, self.id.id(), CmEventKind::Disconnected, wait).is_err() {
                     self.id.disconnect()?;
