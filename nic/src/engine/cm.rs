@@ -14,6 +14,9 @@
 //! answered as `ib_cm` answers them: a repeated REQ not yet accepted gets an MRA, a repeated REP
 //! gets the RTU again, a DREQ in timewait gets the DREP again. A disconnected ID stays in
 //! timewait for a while, answering late MADs, before it is forgotten.
+//!
+//! UD services (the RDMA CM's UDP port space, udaddy's) are resolved rather than connected:
+//! SIDR_REQ and SIDR_REP, in [`sidr`].
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
