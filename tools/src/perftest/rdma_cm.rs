@@ -47,10 +47,7 @@ const DISCONNECT_WAIT: Duration = Duration::from_secs(5);
 /// The exchange's connection: its QP and the IDs of both connections.
 pub(super) struct CmLink {
     ctx: Context,
-    qp: QueuePair,
-    send_cq: CompletionQueue,
-    recv_cq: CompletionQueue,
-    mem: Buffer,
+    exchange: ExchangeQp,
     /// The exchange's connection.
     id: CmId,
     /// The server's listener: kept for the test's connection, which comes to the same port.
@@ -142,10 +139,7 @@ impl CmLink {
         debug!(id = id.id(), "perftest -R: the exchange is connected");
         Ok(CmLink {
             ctx: ctx.clone(),
-            qp: exchange.qp,
-            send_cq: exchange.send_cq,
-            recv_cq: exchange.recv_cq,
-            mem: exchange.mem,
+            exchange,
             id,
             listener,
             data: None,
@@ -204,15 +198,16 @@ impl CmLink {
                 msg.len()
             )));
         }
-        self.mem.write(SEND_AT, msg);
-        self.qp.post_send(&[SendWr {
+        let exchange = &self.exchange;
+        exchange.mem.write(SEND_AT, msg);
+        exchange.qp.post_send(&[SendWr {
             wr_id: 0,
             op: SendOp::Send,
-            sg_list: &[self.mem.sge(SEND_AT, msg.len() as u32)],
+            sg_list: &[exchange.mem.sge(SEND_AT, msg.len() as u32)],
             flags: SendFlags::SIGNALED,
             ud: None,
         }])?;
-        let wc = self.one(&self.send_cq, "SEND of the exchange")?;
+        let wc = self.one(&exchange.send_cq, "SEND of the exchange")?;
         if !wc.is_success() || wc.opcode != WcOpcode::Send {
             return Err(ToolError::Completion {
                 what: "SEND of the exchange",
@@ -224,7 +219,7 @@ impl CmLink {
 
     /// Receives the peer's next message, which must be `len` bytes.
     pub fn recv(&mut self, len: usize, what: &'static str) -> Result<Vec<u8>, ToolError> {
-        let wc = self.one(&self.recv_cq, what)?;
+        let wc = self.one(&self.exchange.recv_cq, what)?;
         if !wc.is_success() {
             return Err(ToolError::Completion {
                 what: "receive of the exchange",
@@ -238,17 +233,9 @@ impl CmLink {
                 wc.byte_len
             )));
         }
-        let msg = self.mem.read(slot * SLOT, len);
-        self.post_recv(slot)?;
+        let msg = self.exchange.mem.read(slot * SLOT, len);
+        self.exchange.post_recv(slot)?;
         Ok(msg)
-    }
-
-    fn post_recv(&self, slot: usize) -> Result<(), ToolError> {
-        self.qp.post_recv(&[RecvWr {
-            wr_id: slot as u64,
-            sg_list: &[self.mem.sge(slot * SLOT, SLOT as u32)],
-        }])?;
-        Ok(())
     }
 
     fn one(&self, cq: &CompletionQueue, what: &'static str) -> Result<Wc, ToolError> {
