@@ -228,10 +228,10 @@ impl Lesson<'_> {
                     Side::Target => self.passive,
                 };
                 self.ladder.push((seen.from, name, self.state(sender)));
-                story.tell(Beat::Packet {
-                    frame: seen,
-                    full: false,
-                });
+                // The first frame with its Ethernet, IP and UDP headers; the others say "as in
+                // the first frame".
+                let full = seen.number == 1;
+                story.tell(Beat::Packet { frame: seen, full });
                 told += 1;
                 if told == count {
                     break;
