@@ -156,9 +156,9 @@ impl Plan {
     /// The plan for `scenario`, moving `size` bytes instead of its sentence if given.
     pub fn new(scenario: Scenario, size: Option<usize>) -> Result<Plan, DemoError> {
         let payload = match (scenario, size) {
-            (Scenario::Allreduce | Scenario::Congestion, _) => {
+            (Scenario::Allreduce | Scenario::Connect | Scenario::Congestion, _) => {
                 return Err(DemoError::failed(format!(
-                    "the {scenario} scenario has no plan for two hosts"
+                    "the {scenario} scenario has no plan of this kind"
                 )))
             }
             (Scenario::Atomic | Scenario::Loss, Some(_)) => {
@@ -202,7 +202,9 @@ impl Plan {
                 }
                 Scenario::Read => Access::REMOTE_READ,
                 Scenario::Atomic => Access::REMOTE_ATOMIC,
-                Scenario::Send | Scenario::Allreduce | Scenario::Congestion => Access::empty(),
+                Scenario::Send | Scenario::Allreduce | Scenario::Connect | Scenario::Congestion => {
+                    Access::empty()
+                }
             };
         Ok(Plan {
             scenario,

@@ -14,11 +14,12 @@ pub enum Scenario {
     Imm,
     TcpVsRdma,
     Allreduce,
+    Connect,
     Congestion,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 9] = [
+    pub const ALL: [Scenario; 10] = [
         Scenario::Write,
         Scenario::Read,
         Scenario::Send,
@@ -27,6 +28,7 @@ impl Scenario {
         Scenario::Imm,
         Scenario::TcpVsRdma,
         Scenario::Allreduce,
+        Scenario::Connect,
         Scenario::Congestion,
     ];
 
@@ -40,6 +42,7 @@ impl Scenario {
             Scenario::Imm => "imm",
             Scenario::TcpVsRdma => "tcp-vs-rdma",
             Scenario::Allreduce => "allreduce",
+            Scenario::Connect => "connect",
             Scenario::Congestion => "congestion",
         }
     }
@@ -80,6 +83,9 @@ impl Scenario {
             Scenario::Allreduce => "ring all-reduce over RDMA WRITE with immediate, as AI \
                  training does: every host ends with the sum, its CPU only adding"
                 .to_owned(),
+            Scenario::Connect => "the RDMA connection manager's handshake on QP1 (REQ, REP, RTU, \
+                 DREQ, DREP), each MAD field by field, and the QP state each side reaches"
+                .to_owned(),
             Scenario::Congestion => "an incast of several senders into one switch port, \
                  without and with DCQCN: tail drops, then ECN marks, CNPs and fair shares"
                 .to_owned(),
@@ -91,7 +97,7 @@ impl Scenario {
     pub fn is_pair(self) -> bool {
         !matches!(
             self,
-            Scenario::TcpVsRdma | Scenario::Allreduce | Scenario::Congestion
+            Scenario::TcpVsRdma | Scenario::Allreduce | Scenario::Connect | Scenario::Congestion
         )
     }
 
@@ -139,7 +145,7 @@ mod tests {
         assert_eq!(
             "writ".parse::<Scenario>(),
             Err("\"writ\" is not a scenario (known: write, read, send, atomic, loss, imm, tcp-vs-rdma, \
-             allreduce, congestion)".into())
+             allreduce, connect, congestion)".into())
         );
     }
 }

@@ -108,6 +108,7 @@ impl Initiator {
             | Scenario::Loss
             | Scenario::TcpVsRdma
             | Scenario::Allreduce
+            | Scenario::Connect
             | Scenario::Congestion => SendOp::RdmaWrite { remote_addr, rkey },
             Scenario::Read => SendOp::RdmaRead { remote_addr, rkey },
             Scenario::Send => SendOp::Send,
