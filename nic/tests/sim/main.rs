@@ -38,10 +38,14 @@ fn case() -> impl Strategy<Value = Case> {
     (
         (any::<u64>(), 1usize..60, mtu(), psn()),
         (0.0..0.15f64, 0.0..0.05f64, 0.0..0.03f64, 0.0..0.2f64),
-        (any::<bool>(), 1usize..16, 1u8..=16),
+        (any::<bool>(), 1usize..16, 1u8..=16, any::<bool>()),
     )
         .prop_map(
-            |((seed, ops, mtu, psn), (loss, duplicate, corrupt, reorder), (rnr, window, rd))| {
+            |(
+                (seed, ops, mtu, psn),
+                (loss, duplicate, corrupt, reorder),
+                (rnr, window, rd, both_ways),
+            )| {
                 Case {
                     seed,
                     ops,
@@ -54,6 +58,7 @@ fn case() -> impl Strategy<Value = Case> {
                     rnr,
                     window,
                     max_rd_atomic: rd,
+                    both_ways,
                 }
             },
         )
@@ -87,7 +92,7 @@ proptest! {
 #[test]
 fn replay() {
     let text = std::env::var("ROCE_SIM_CASE").unwrap_or_else(|_| {
-        "seed=0x1,ops=200,mtu=256,psn=0xffffc0,loss=0.05,dup=0.02,corrupt=0.01,reorder=0.1,rnr=true,window=8,rd=4".into()
+        "seed=0x1,ops=200,mtu=256,psn=0xffffc0,loss=0.05,dup=0.02,corrupt=0.01,reorder=0.1,rnr=true,window=8,rd=4,both=true".into()
     });
     let case: Case = text.parse().expect("a case");
     match workload::run(&case) {
@@ -112,9 +117,11 @@ fn throughput() {
     let (mut simulated, mut rnr_naks, mut go_backs) = (0, 0, 0);
     let mut seed = 1u64;
     while messages < total {
+        // Every other case sends both ways: half the messages each way.
+        let ways = if seed % 2 == 0 { 2 } else { 1 };
         let case = Case {
             seed,
-            ops: per_case.min(total - messages),
+            ops: (per_case.min(total - messages) / ways).max(1),
             mtu: [Mtu::M256, Mtu::M1024, Mtu::M4096][seed as usize % 3],
             psn: 0xff_ffff - (seed as u32 % 100),
             loss: 0.02,
@@ -124,6 +131,7 @@ fn throughput() {
             rnr: seed % 4 == 0,
             window: 16,
             max_rd_atomic: 8,
+            both_ways: ways == 2,
         };
         let outcome = workload::run(&case)
             .unwrap_or_else(|e| panic!("{e}\nreplay: {}", case.replay_command()));
