@@ -76,6 +76,8 @@ proptest! {
     #![proptest_config(ProptestConfig {
         cases: cases(),
         failure_persistence: None,
+        // A failing case runs until it is stuck: keep shrinking to a minute.
+        max_shrink_time: 60_000,
         ..ProptestConfig::default()
     })]
 
@@ -87,8 +89,9 @@ proptest! {
     }
 }
 
-/// Runs the case a failure printed: `ROCE_SIM_CASE='seed=…' cargo test -p roce-nic --test sim
-/// replay -- --nocapture`. Without the variable it runs a fixed case, so it always runs.
+/// Runs the case a failure printed: `ROCE_SIM_CASE='seed=…' cargo test -p roce-nic --test
+/// sim -- --exact replay --nocapture`. Without the variable it runs a fixed case, so it always
+/// runs.
 #[test]
 fn replay() {
     let text = std::env::var("ROCE_SIM_CASE").unwrap_or_else(|_| {
@@ -99,6 +102,33 @@ fn replay() {
         Ok(outcome) => println!("{case}: {outcome:?}"),
         Err(e) => panic!("{e}\ncase: {case}"),
     }
+}
+
+/// A case is a function of its parameters alone: run twice, it takes the same course (the
+/// same frames, faults, retransmissions and simulated time), so the command a failure prints
+/// replays it exactly.
+#[test]
+fn a_case_runs_the_same_every_time() {
+    let case: Case = "seed=0x77,ops=80,mtu=256,psn=0xffff00,loss=0.05,dup=0.03,corrupt=0.02,reorder=0.1,rnr=true,window=6,rd=3,both=true"
+        .parse()
+        .expect("a case");
+    let runs = [workload::run(&case), workload::run(&case)].map(|r| {
+        let o = r.expect("the case passes");
+        (
+            o.simulated,
+            o.frames,
+            o.lost,
+            o.retransmitted,
+            o.rnr_naks,
+            o.go_backs,
+        )
+    });
+    assert_eq!(runs[0], runs[1]);
+    assert!(
+        runs[0].2 > 0 && runs[0].3 > 0,
+        "faults happened: {:?}",
+        runs[0]
+    );
 }
 
 /// How fast the simulator runs: `ROCE_SIM_MESSAGES` messages (a million by default) under
