@@ -20,6 +20,7 @@ pub mod recv_queue;
 pub mod requester;
 pub mod responder;
 pub mod send_queue;
+pub mod window;
 
 use std::collections::HashMap;
 use std::net::IpAddr;
