@@ -9,14 +9,14 @@ use std::time::{Duration, Instant};
 
 use roce_hostmem::{Access, Region, VaBase};
 
-use super::types::{
-    AddressVector, Gid, PortAttr, QpAttr, QpCap, QpType, RecvWr, SendFlags, SendOp, SendWr, Sge, Wc,
-};
 use super::VerbsError;
 use crate::control::{ClientId, DeviceInfo, Request, Response, RingMap};
 use crate::counters::Snapshot;
 use crate::cq::{EventLine, Woken};
 use crate::ring::{Consumer, Producer, Ring};
+use crate::types::{
+    AddressVector, Gid, PortAttr, QpAttr, QpCap, QpType, RecvWr, SendFlags, SendOp, SendWr, Sge, Wc,
+};
 use crate::waker::Waker;
 use crate::wqe::{self, decode_cqe, CQE_SIZE};
 
