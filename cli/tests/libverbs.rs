@@ -1,0 +1,147 @@
+//! Debian's own verbs programs (/usr/bin, unmodified) on our NICs through `roce run`: our
+//! libibverbs.so.1 (crate libverbs) and librdmacm.so.1 (crate librdmacm) load in their place
+//! and drive `roce nic` processes.
+
+mod support;
+
+use std::process::Command;
+
+use support::{cabled_pair, Env, Finished, Proc};
+
+/// Whether Debian's program is installed; skips the test (a failure under ROCE_CI) if not.
+fn have(program: &str, package: &str) -> bool {
+    let there = Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !there {
+        roce_tests::skip(&format!(
+            "{program} is not installed (Debian package {package})"
+        ));
+    }
+    there
+}
+
+/// `roce run [--nic NIC] -- ARGS` to its end.
+fn run(env: &Env, nic: Option<&str>, args: &[&str]) -> Finished {
+    let mut all = vec!["run"];
+    if let Some(nic) = nic {
+        all.extend(["--nic", nic]);
+    }
+    all.push("--");
+    all.extend(args);
+    env.run(&all)
+}
+
+/// `roce run --nic NIC -- ARGS` in the background.
+fn start(env: &Env, nic: &str, args: &[&str]) -> Proc {
+    let mut all = vec!["run", "--nic", nic, "--"];
+    all.extend(args);
+    Proc::spawn(env.roce(&all), false)
+}
+
+#[test]
+fn ibv_devinfo_shows_the_nics_limits_gids_and_port() {
+    if !have("ibv_devinfo", "ibverbs-utils") {
+        return;
+    }
+    let env = Env::new("lvdev");
+    let (mut a, b) = cabled_pair(&env, 61);
+    a.extra = vec!["--limit".into(), "max_qp=77".into()];
+    let _na = env.nic(&a);
+    let _nb = env.nic(&b);
+
+    let listed = run(&env, None, &["ibv_devices"]);
+    assert!(listed.status.success(), "{}", listed.stderr);
+    for nic in [&a.name, &b.name] {
+        assert!(
+            listed
+                .stdout
+                .lines()
+                .any(|l| l.split_whitespace().next() == Some(nic)),
+            "ibv_devices does not list {nic}:\n{}",
+            listed.stdout
+        );
+    }
+    // The node GUID is the EUI-64 of the MAC (02:00:0a:3d:00:01).
+    assert!(
+        listed.stdout.contains("00000afffe3d0001"),
+        "{}",
+        listed.stdout
+    );
+
+    let shown = run(&env, Some(&a.name), &["ibv_devinfo", "-v"]);
+    assert!(shown.status.success(), "{}", shown.stderr);
+    let out = &shown.stdout;
+    let field = |name: &str| {
+        out.lines()
+            .find(|l| l.trim_start().starts_with(&format!("{name}:")))
+            .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
+            .unwrap_or_else(|| panic!("no {name} in:\n{out}"))
+    };
+    assert_eq!(field("hca_id"), a.name);
+    assert_eq!(field("max_qp"), "77", "the limit given to roce nic");
+    assert_eq!(field("max_qp_wr"), "16384");
+    assert_eq!(field("state"), "PORT_ACTIVE (4)");
+    assert_eq!(field("link_layer"), "Ethernet");
+    assert_eq!(field("active_mtu"), "4096 (5)");
+    assert!(out.contains("::ffff:10.61.0.1, RoCE v2"), "{out}");
+    assert!(out.contains("fe80::aff:fe3d:1, RoCE v2"), "{out}");
+    // Only the NIC named sees itself.
+    assert!(!out.contains(&b.name), "{out}");
+}
+
+#[test]
+fn a_nic_that_is_not_running_is_an_error_not_a_crash() {
+    if !have("ibv_devinfo", "ibverbs-utils") {
+        return;
+    }
+    let env = Env::new("lvnone");
+    let shown = run(&env, Some("nosuchnic"), &["ibv_devinfo"]);
+    // ibv_devinfo says so and exits 1, as with a device it cannot open.
+    assert_eq!(shown.status.code(), Some(1), "{}", shown.stderr);
+    assert!(
+        shown.stderr.contains("Failed to open device"),
+        "{}",
+        shown.stderr
+    );
+}
+
+#[test]
+fn roce_run_starts_a_nic_of_its_own_with_ip_and_link() {
+    if !have("ibv_devinfo", "ibverbs-utils") {
+        return;
+    }
+    let env = Env::new("lvown");
+    let port = support::free_udp_port();
+    let link = format!(
+        "cable:127.0.0.1:{port},127.0.0.1:{}",
+        support::free_udp_port()
+    );
+    let name = env.name("own");
+    let done = env.run(&[
+        "run",
+        "--ip",
+        "10.62.0.5",
+        "--link",
+        &link,
+        "--name",
+        &name,
+        "--",
+        "ibv_devinfo",
+        "-v",
+    ]);
+    assert!(done.status.success(), "{}", done.stderr);
+    assert!(
+        done.stdout.contains(&format!("hca_id:\t{name}")),
+        "{}",
+        done.stdout
+    );
+    assert!(
+        done.stdout.contains("::ffff:10.62.0.5, RoCE v2"),
+        "{}",
+        done.stdout
+    );
+    // The NIC was stopped with the program: its socket is gone.
+    support::eventually("the started NIC to stop", || !env.socket(&name).exists());
+}

@@ -1,0 +1,1 @@
+//! The out-of-band TCP of verbs programs (filled in below).
