@@ -5,8 +5,9 @@
 mod support;
 
 use std::process::Command;
+use std::time::{Duration, Instant};
 
-use support::{cabled_pair, Env, Finished, Proc};
+use support::{cabled_pair, Env, Finished, Proc, PATIENCE};
 
 /// Whether Debian's program is installed; skips the test (a failure under ROCE_CI) if not.
 fn have(program: &str, package: &str) -> bool {
@@ -144,4 +145,137 @@ fn roce_run_starts_a_nic_of_its_own_with_ip_and_link() {
     );
     // The NIC was stopped with the program: its socket is gone.
     support::eventually("the started NIC to stop", || !env.socket(&name).exists());
+}
+
+/// Runs `args` as a server on `server` and as a client on `client` (which connects to
+/// `server_ip`), both under `roce run`; returns both outputs. The server's TCP listener is up a
+/// moment after it starts: the client is started again while it is refused, until PATIENCE.
+fn pingpong(env: &Env, server: &str, client: &str, server_ip: &str, args: &[&str]) -> [String; 2] {
+    let mut srv = start(env, server, args);
+    let mut client_args = args.to_vec();
+    client_args.push(server_ip);
+    let deadline = Instant::now() + PATIENCE;
+    let done = loop {
+        let done = run(env, Some(client), &client_args);
+        if done.status.success() {
+            break done;
+        }
+        let refused = done.stderr.contains("Couldn't connect");
+        assert!(
+            refused && Instant::now() < deadline,
+            "client {args:?} failed ({}):\n{}{}\nserver stderr:\n{}",
+            done.status,
+            done.stdout,
+            done.stderr,
+            srv.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let status = srv.wait(PATIENCE);
+    let out = srv.drain_stdout();
+    assert!(
+        status.success(),
+        "server {args:?} failed ({status}):\n{out}{}",
+        srv.stderr()
+    );
+    [out, done.stdout]
+}
+
+/// The iteration count a pingpong reports (`N iters in S seconds`).
+fn iters(out: &str) -> u64 {
+    out.lines()
+        .find_map(|l| {
+            l.split(" iters in ")
+                .next()
+                .filter(|_| l.contains(" iters in "))
+        })
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no iteration count in:\n{out}"))
+}
+
+#[test]
+fn rdma_cores_pingpongs_run_between_two_nics() {
+    if !have("ibv_rc_pingpong", "ibverbs-utils") {
+        return;
+    }
+    let env = Env::new("lvpp");
+    let (a, b) = cabled_pair(&env, 63);
+    let _na = env.nic(&a);
+    let _nb = env.nic(&b);
+    // -g 1: the IPv4 GID (RoCEv2 needs a GRH); --chk: each side checks the bytes it received.
+    let runs: [&[&str]; 6] = [
+        &["ibv_rc_pingpong", "-g", "1", "-n", "200", "--chk"],
+        &[
+            "ibv_rc_pingpong",
+            "-g",
+            "1",
+            "-n",
+            "200",
+            "--chk",
+            "--new_send",
+        ],
+        &[
+            "ibv_rc_pingpong",
+            "-g",
+            "1",
+            "-n",
+            "200",
+            "--chk",
+            "-e",
+            "-s",
+            "65536",
+        ],
+        &["ibv_uc_pingpong", "-g", "1", "-n", "200", "--chk"],
+        &[
+            "ibv_ud_pingpong",
+            "-g",
+            "1",
+            "-n",
+            "200",
+            "--chk",
+            "-s",
+            "1024",
+        ],
+        &[
+            "ibv_ud_pingpong",
+            "-g",
+            "1",
+            "-n",
+            "50",
+            "--chk",
+            "-e",
+            "-s",
+            "512",
+        ],
+    ];
+    for (i, args) in runs.iter().enumerate() {
+        let port = (18600 + i).to_string();
+        let mut args = args.to_vec();
+        args.extend(["-p", &port]);
+        let [server, client] = pingpong(&env, &b.name, &a.name, "10.63.0.2", &args);
+        let want: u64 = args[args.iter().position(|a| *a == "-n").unwrap() + 1]
+            .parse()
+            .unwrap();
+        assert_eq!(iters(&server), want, "{args:?}");
+        assert_eq!(iters(&client), want, "{args:?}");
+        assert!(client.contains("GID ::ffff:10.63.0.2"), "{client}");
+    }
+}
+
+#[test]
+fn what_our_nic_lacks_fails_cleanly() {
+    if !have("ibv_srq_pingpong", "ibverbs-utils") {
+        return;
+    }
+    let env = Env::new("lvsrq");
+    let (a, _b) = cabled_pair(&env, 64);
+    let _na = env.nic(&a);
+    // Shared receive queues: ibv_create_srq answers NULL with EOPNOTSUPP.
+    let done = run(&env, Some(&a.name), &["ibv_srq_pingpong", "-g", "1"]);
+    assert_eq!(done.status.code(), Some(1), "{}", done.stderr);
+    assert!(
+        done.stderr.contains("Couldn't create SRQ"),
+        "{}",
+        done.stderr
+    );
 }

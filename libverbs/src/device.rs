@@ -41,7 +41,7 @@ pub struct Device {
 /// Every device made so far, by NIC name; never freed (see [`Device`]).
 static DEVICES: Mutex<Vec<&'static Device>> = Mutex::new(Vec::new());
 
-fn nic_names() -> Vec<String> {
+pub(crate) fn nic_names() -> Vec<String> {
     if let Some(list) = std::env::var_os(NIC_ENV) {
         return list
             .to_string_lossy()
@@ -226,7 +226,9 @@ pub unsafe extern "C" fn roce_ibv_open_device(device: *mut ibv_device) -> *mut i
         // SAFETY: verbs_context is plain data: pointers, integers, a pthread mutex whose
         // all-zero value is PTHREAD_MUTEX_INITIALIZER on Linux.
         let mut vctx: verbs_context = unsafe { std::mem::zeroed() };
-        vctx.sz = std::mem::size_of::<verbs_context>() - std::mem::size_of::<ibv_context>();
+        // The whole structure, as rdma-core sets it: `verbs_get_ctx_op` offers an operation
+        // when `sz` reaches from it to the end.
+        vctx.sz = std::mem::size_of::<verbs_context>();
         vctx.query_port = Some(query_port_ex);
         vctx.create_qp_ex = Some(verbs::create_qp_ex);
         let c = &mut vctx.context;
