@@ -279,3 +279,126 @@ fn what_our_nic_lacks_fails_cleanly() {
         done.stderr
     );
 }
+
+/// Builds examples/c/rdma_write.c with the system's verbs header and library, as a user
+/// would (`gcc ... -libverbs`); None (a skip) without gcc or libibverbs-dev.
+fn build_example(env: &Env) -> Option<std::path::PathBuf> {
+    if !have("gcc", "gcc") {
+        return None;
+    }
+    if !std::path::Path::new("/usr/include/infiniband/verbs.h").exists() {
+        roce_tests::skip("libibverbs-dev is not installed (no infiniband/verbs.h)");
+        return None;
+    }
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/c/rdma_write.c");
+    let exe = env.dir.join("rdma_write");
+    let built = Command::new("gcc")
+        .args(["-Wall", "-Wextra", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .arg("-libverbs")
+        .output()
+        .unwrap();
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    Some(exe)
+}
+
+/// `len` bytes of another process's memory at `addr` (/proc/PID/mem: works while it is
+/// stopped, which is the point).
+fn peek(pid: i32, addr: u64, len: usize) -> Vec<u8> {
+    use std::os::unix::fs::FileExt;
+    let mem = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+    let mut buf = vec![0; len];
+    mem.read_exact_at(&mut buf, addr).unwrap();
+    buf
+}
+
+const MESSAGE: &[u8] = b"written by the client with one RDMA WRITE";
+
+#[test]
+fn a_stopped_servers_malloc_buffer_changes_under_an_rdma_write() {
+    let env = Env::new("lvstop");
+    let Some(example) = build_example(&env) else {
+        return;
+    };
+    let example = example.to_str().unwrap();
+    let (a, b) = cabled_pair(&env, 65);
+    let _na = env.nic(&a);
+    let _nb = env.nic(&b);
+    let mut server = start(&env, &b.name, &[example, "-p", "18710"]);
+    // The client waits for Enter before its write (-w). It may be refused while the server is
+    // not listening yet: started again until PATIENCE.
+    let deadline = Instant::now() + PATIENCE;
+    let mut client = loop {
+        let mut client = Proc::spawn(
+            env.roce(&[
+                "run",
+                "--nic",
+                &a.name,
+                "--",
+                example,
+                "-w",
+                "-p",
+                "18710",
+                "10.65.0.2",
+            ]),
+            true,
+        );
+        if client
+            .try_line(PATIENCE)
+            .is_some_and(|l| l.starts_with("client ready"))
+        {
+            break client;
+        }
+        let status = client.wait(PATIENCE);
+        assert!(
+            client.stderr().contains("connect") && Instant::now() < deadline,
+            "client failed ({status}): {}",
+            client.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let ready = server.expect(|l| l.starts_with("server "));
+    // "server PID ready: buffer 0xADDR rkey 0xKEY"
+    let words: Vec<&str> = ready.split_whitespace().collect();
+    let pid: i32 = words[1].parse().unwrap();
+    let addr = u64::from_str_radix(words[4].trim_start_matches("0x"), 16).unwrap();
+    assert_ne!(
+        addr % 4096,
+        0,
+        "malloc's buffer is not page-aligned: the interesting case"
+    );
+
+    // SAFETY: kill(2) of the server program, our grandchild, by its PID.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    support::eventually("the server to stop", || {
+        support::thread_states(pid).iter().all(|s| *s == 'T')
+    });
+    let cpu = support::cpu_ticks(pid);
+    assert_eq!(peek(pid, addr, MESSAGE.len()), vec![0; MESSAGE.len()]);
+
+    client.say("");
+    client.expect(|l| l.starts_with("client wrote 42 bytes"));
+    // The bytes are in the stopped server's own buffer, at the address malloc gave it.
+    assert_eq!(peek(pid, addr, MESSAGE.len()), MESSAGE);
+    assert_eq!(
+        support::cpu_ticks(pid),
+        cpu,
+        "the stopped server used no CPU"
+    );
+    assert!(support::thread_states(pid).iter().all(|s| *s == 'T'));
+
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    let received = server.expect(|l| l.starts_with("server received: "));
+    assert!(
+        received.ends_with(std::str::from_utf8(MESSAGE).unwrap()),
+        "{received}"
+    );
+    assert!(server.wait(PATIENCE).success(), "{}", server.stderr());
+    assert!(client.wait(PATIENCE).success(), "{}", client.stderr());
+}
