@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use support::{cabled_pair, Env, Finished, Proc, PATIENCE};
 
 /// Whether Debian's program is installed; skips the test (a failure under ROCE_CI) if not.
-fn have(program: &str, package: &str) -> bool {
+/// Every program a test runs under `roce run` is named here first: tests/tests/test_command.rs
+/// reads these calls to check that scripts/test installs it.
+fn installed(program: &str, package: &str) -> bool {
     let there = Command::new("sh")
         .args(["-c", &format!("command -v {program}")])
         .output()
@@ -43,7 +45,7 @@ fn start(env: &Env, nic: &str, args: &[&str]) -> Proc {
 
 #[test]
 fn ibv_devinfo_shows_the_nics_limits_gids_and_port() {
-    if !have("ibv_devinfo", "ibverbs-utils") {
+    if !installed("ibv_devinfo", "ibverbs-utils") || !installed("ibv_devices", "ibverbs-utils") {
         return;
     }
     let env = Env::new("lvdev");
@@ -94,7 +96,7 @@ fn ibv_devinfo_shows_the_nics_limits_gids_and_port() {
 
 #[test]
 fn a_nic_that_is_not_running_is_an_error_not_a_crash() {
-    if !have("ibv_devinfo", "ibverbs-utils") {
+    if !installed("ibv_devinfo", "ibverbs-utils") {
         return;
     }
     let env = Env::new("lvnone");
@@ -110,7 +112,7 @@ fn a_nic_that_is_not_running_is_an_error_not_a_crash() {
 
 #[test]
 fn roce_run_starts_a_nic_of_its_own_with_ip_and_link() {
-    if !have("ibv_devinfo", "ibverbs-utils") {
+    if !installed("ibv_devinfo", "ibverbs-utils") {
         return;
     }
     let env = Env::new("lvown");
@@ -195,7 +197,12 @@ fn iters(out: &str) -> u64 {
 
 #[test]
 fn rdma_cores_pingpongs_run_between_two_nics() {
-    if !have("ibv_rc_pingpong", "ibverbs-utils") {
+    let all = [
+        installed("ibv_rc_pingpong", "ibverbs-utils"),
+        installed("ibv_uc_pingpong", "ibverbs-utils"),
+        installed("ibv_ud_pingpong", "ibverbs-utils"),
+    ];
+    if all.contains(&false) {
         return;
     }
     let env = Env::new("lvpp");
@@ -264,7 +271,7 @@ fn rdma_cores_pingpongs_run_between_two_nics() {
 
 #[test]
 fn what_our_nic_lacks_fails_cleanly() {
-    if !have("ibv_srq_pingpong", "ibverbs-utils") {
+    if !installed("ibv_srq_pingpong", "ibverbs-utils") {
         return;
     }
     let env = Env::new("lvsrq");
@@ -283,7 +290,7 @@ fn what_our_nic_lacks_fails_cleanly() {
 /// Builds examples/c/rdma_write.c with the system's verbs header and library, as a user
 /// would (`gcc ... -libverbs`); None (a skip) without gcc or libibverbs-dev.
 fn build_example(env: &Env) -> Option<std::path::PathBuf> {
-    if !have("gcc", "gcc") {
+    if !installed("gcc", "gcc") {
         return None;
     }
     if !std::path::Path::new("/usr/include/infiniband/verbs.h").exists() {
@@ -401,4 +408,205 @@ fn a_stopped_servers_malloc_buffer_changes_under_an_rdma_write() {
     );
     assert!(server.wait(PATIENCE).success(), "{}", server.stderr());
     assert!(client.wait(PATIENCE).success(), "{}", client.stderr());
+}
+
+/// The figures row of a perftest report: the line after the `#bytes` header.
+fn figures(out: &str) -> Vec<String> {
+    let mut lines = out
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("#bytes"));
+    lines.next();
+    lines
+        .next()
+        .unwrap_or_else(|| panic!("no figures in:\n{out}"))
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn perftest_runs_between_two_nics_at_two_sizes() {
+    let all = [
+        installed("ib_write_bw", "perftest"),
+        installed("ib_read_bw", "perftest"),
+        installed("ib_send_bw", "perftest"),
+        installed("ib_atomic_bw", "perftest"),
+        installed("ib_write_lat", "perftest"),
+        installed("ib_read_lat", "perftest"),
+        installed("ib_send_lat", "perftest"),
+        installed("ib_atomic_lat", "perftest"),
+    ];
+    if all.contains(&false) {
+        return;
+    }
+    let env = Env::new("lvperf");
+    let (a, b) = cabled_pair(&env, 66);
+    let _na = env.nic(&a);
+    let _nb = env.nic(&b);
+    let mut port = 18900;
+    for test in [
+        "ib_write_bw",
+        "ib_read_bw",
+        "ib_send_bw",
+        "ib_atomic_bw",
+        "ib_write_lat",
+        "ib_read_lat",
+        "ib_send_lat",
+        "ib_atomic_lat",
+    ] {
+        // Atomics move 8 bytes, whatever the size.
+        let sizes: &[&str] = if test.contains("atomic") {
+            &["8"]
+        } else {
+            &["64", "65536"]
+        };
+        for size in sizes {
+            port += 1;
+            let p = port.to_string();
+            let mut args = vec![test, "-x", "1", "-n", "100", "-p", &p];
+            if !test.contains("atomic") {
+                args.extend(["-s", size]);
+            }
+            let [server, client] = pingpong(&env, &b.name, &a.name, "10.66.0.2", &args);
+            // The client reports; a server of the READ and atomic tests says nothing.
+            let reports = [&server, &client]
+                .into_iter()
+                .filter(|o| o.contains("#bytes"));
+            assert!(client.contains("#bytes"), "{test}: {client}");
+            for out in reports {
+                let row = figures(out);
+                assert_eq!(row[0], *size, "{test}: {out}");
+                assert_eq!(row[1], "100", "{test}: {out}");
+            }
+            assert!(client.contains("Link type       : Ethernet"), "{client}");
+        }
+    }
+}
+
+#[test]
+fn perftest_and_roce_perftest_talk_both_ways() {
+    if !installed("ib_write_bw", "perftest") {
+        return;
+    }
+    let env = Env::new("lvrp");
+    let (a, b) = cabled_pair(&env, 67);
+    let _na = env.nic(&a);
+    let _nb = env.nic(&b);
+    for (i, (test, size)) in [
+        ("write_bw", "65536"),
+        ("send_lat", "64"),
+        ("read_bw", "4096"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let program = format!("ib_{test}");
+        // Our roce perftest serves; Debian's ib_* connects under roce run.
+        let p = (18950 + 2 * i).to_string();
+        let mut ours = env.spawn(
+            &[
+                "perftest", test, "--nic", &b.name, "-n", "100", "-s", size, "-p", &p,
+            ]
+            .map(str::to_owned),
+            false,
+        );
+        let deadline = Instant::now() + PATIENCE;
+        let theirs = loop {
+            let done = run(
+                &env,
+                Some(&a.name),
+                &[
+                    &program,
+                    "-x",
+                    "1",
+                    "-n",
+                    "100",
+                    "-s",
+                    size,
+                    "-p",
+                    &p,
+                    "10.67.0.2",
+                ],
+            );
+            if done.status.success() {
+                break done.stdout;
+            }
+            assert!(
+                done.stderr.contains("Couldn't connect") && Instant::now() < deadline,
+                "{program} against roce perftest: {}{}",
+                done.stdout,
+                done.stderr
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert!(ours.wait(PATIENCE).success(), "{}", ours.stderr());
+        assert_eq!(figures(&theirs)[..2], [size, "100"]);
+
+        // Debian's ib_* serves under roce run; roce perftest connects.
+        let p = (18951 + 2 * i).to_string();
+        let mut server = start(
+            &env,
+            &b.name,
+            &[&program, "-x", "1", "-n", "100", "-s", size, "-p", &p],
+        );
+        let done = env.run(&[
+            "perftest",
+            test,
+            "--nic",
+            &a.name,
+            "-n",
+            "100",
+            "-s",
+            size,
+            "-p",
+            &p,
+            "--connect-retry",
+            "20",
+            "10.67.0.2",
+        ]);
+        assert!(
+            done.status.success(),
+            "roce perftest against {program}: {}",
+            done.stderr
+        );
+        assert!(server.wait(PATIENCE).success(), "{}", server.stderr());
+        assert_eq!(figures(&server.drain_stdout())[..2], [size, "100"]);
+    }
+}
+
+#[test]
+fn librdmacm_loads_and_says_not_supported() {
+    let all = [
+        installed("rping", "rdmacm-utils"),
+        installed("ucmatose", "rdmacm-utils"),
+        installed("ib_write_bw", "perftest"),
+    ];
+    if all.contains(&false) {
+        return;
+    }
+    let env = Env::new("lvcm");
+    let (a, _b) = cabled_pair(&env, 68);
+    let _na = env.nic(&a);
+    // What each says: rping and ucmatose print the errno's text, perftest the call.
+    for (args, says) in [
+        (
+            &["rping", "-s", "-v", "-C", "1"][..],
+            "Function not implemented",
+        ),
+        (&["ucmatose"], "Function not implemented"),
+        (
+            &["ib_write_bw", "-R", "-x", "1", "10.68.0.2"],
+            "rdma_create_event_channel failed",
+        ),
+    ] {
+        let done = run(&env, Some(&a.name), args);
+        // A clean failure: an exit code (no signal), and the errno our calls set.
+        assert!(
+            done.status.code().is_some_and(|c| c != 0),
+            "{args:?}: {}",
+            done.status
+        );
+        let said = format!("{}{}", done.stdout, done.stderr);
+        assert!(said.contains(says), "{args:?}: {said}");
+    }
 }
