@@ -610,3 +610,83 @@ fn librdmacm_loads_and_says_not_supported() {
         assert!(said.contains(says), "{args:?}: {said}");
     }
 }
+
+#[test]
+fn pingpongs_and_roce_pingpong_talk_both_ways() {
+    let all = [
+        installed("ibv_rc_pingpong", "ibverbs-utils"),
+        installed("ibv_ud_pingpong", "ibverbs-utils"),
+    ];
+    if all.contains(&false) {
+        return;
+    }
+    let env = Env::new("lvrpp");
+    let (a, b) = cabled_pair(&env, 69);
+    let _na = env.nic(&a);
+    let _nb = env.nic(&b);
+    for (i, (name, size)) in [("rc", "4096"), ("ud", "1024")].into_iter().enumerate() {
+        let program = format!("ibv_{name}_pingpong");
+        let common = ["-g", "1", "-n", "100", "-s", size, "-c"];
+        // roce pingpong serves; Debian's connects under roce run.
+        let p = (19050 + 2 * i).to_string();
+        let mut ours = env.spawn(
+            &[&["pingpong", name, "--nic", &b.name, "-p", &p][..], &common]
+                .concat()
+                .into_iter()
+                .map(str::to_owned)
+                .collect::<Vec<_>>(),
+            false,
+        );
+        let deadline = Instant::now() + PATIENCE;
+        let theirs = loop {
+            let args = [&[program.as_str()][..], &common, &["-p", &p, "10.69.0.2"]].concat();
+            let done = run(&env, Some(&a.name), &args);
+            if done.status.success() {
+                break done.stdout;
+            }
+            assert!(
+                done.stderr.contains("Couldn't connect") && Instant::now() < deadline,
+                "{program} against roce pingpong: {}{}",
+                done.stdout,
+                done.stderr
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert!(ours.wait(PATIENCE).success(), "{}", ours.stderr());
+        assert_eq!(iters(&theirs), 100);
+        assert!(ours.drain_stdout().contains("verified: "));
+
+        // Debian's serves under roce run; roce pingpong connects.
+        let p = (19051 + 2 * i).to_string();
+        let mut server = start(
+            &env,
+            &b.name,
+            &[&[program.as_str()][..], &common, &["-p", &p]].concat(),
+        );
+        let done = env.run(
+            &[
+                &[
+                    "pingpong",
+                    name,
+                    "--nic",
+                    &a.name,
+                    "-p",
+                    &p,
+                    "--connect-retry",
+                    "20",
+                ][..],
+                &common,
+                &["10.69.0.2"],
+            ]
+            .concat(),
+        );
+        assert!(
+            done.status.success(),
+            "roce pingpong against {program}: {}",
+            done.stderr
+        );
+        assert!(done.stdout.contains("verified: "), "{}", done.stdout);
+        assert!(server.wait(PATIENCE).success(), "{}", server.stderr());
+        assert_eq!(iters(&server.drain_stdout()), 100);
+    }
+}
