@@ -690,3 +690,69 @@ fn pingpongs_and_roce_pingpong_talk_both_ways() {
         assert_eq!(iters(&server.drain_stdout()), 100);
     }
 }
+
+#[test]
+fn bad_use_from_c_gets_libibverbs_errors_and_never_crashes() {
+    if !installed("gcc", "gcc") {
+        return;
+    }
+    if !std::path::Path::new("/usr/include/infiniband/verbs.h").exists() {
+        roce_tests::skip("libibverbs-dev is not installed (no infiniband/verbs.h)");
+        return;
+    }
+    let env = Env::new("lvbad");
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/bad_use.c");
+    let exe = env.dir.join("bad_use");
+    let built = Command::new("gcc")
+        .args(["-Wall", "-Wextra", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .arg("-libverbs")
+        .output()
+        .unwrap();
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let (a, b) = cabled_pair(&env, 70);
+    let _na = env.nic(&a);
+    let nb = env.nic(&b);
+    // Without --nic the program sees both NICs of this test's runtime directory.
+    let done = run(&env, None, &[exe.to_str().unwrap()]);
+    assert!(done.status.success(), "{}{}", done.stdout, done.stderr);
+    let cases: Vec<(&str, &str)> = done
+        .stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("CASE ")?.split_once(": "))
+        .collect();
+    let expected = [
+        ("reg_mr of unmapped memory", "Bad address"),
+        (
+            "reg_mr remote write without local write",
+            "Invalid argument",
+        ),
+        ("modify_qp RESET to RTS", "Invalid argument"),
+        ("dealloc_pd in use", "Device or resource busy"),
+        ("destroy_cq in use", "Device or resource busy"),
+        ("connect", "ok"),
+        ("reg_mr of malloc memory", "ok"),
+        ("write", "success"),
+        ("peer buffer", "aaaaa"),
+        ("write with a wrong lkey", "local protection error"),
+        ("write on a QP in error", "Work Request Flushed Error"),
+        ("write with a wrong rkey", "remote access error"),
+        ("write into a freed buffer", "success"),
+        ("dereg_mr of a freed buffer", "ok"),
+        ("destroy_qp", "ok"),
+        ("dereg_mr", "ok"),
+        ("destroy_cq", "ok"),
+        ("dealloc_pd", "ok"),
+        ("close_device", "ok"),
+    ];
+    assert_eq!(cases, expected, "\n{}", done.stderr);
+    // Both NICs still run and answer.
+    let info = env.run(&["host", "info", "--nic", &b.name]);
+    assert!(info.status.success(), "{}", info.stderr);
+    drop(nb);
+}

@@ -66,9 +66,15 @@ pub(crate) fn guard<T>(failed: T, body: impl FnOnce() -> T) -> T {
     }
 }
 
-/// Logs a verbs error the way an RNIC driver would: through tracing (off unless
-/// `ROCE_LOG` asks), never on the program's stderr.
+/// The environment variable that makes every failed verb say why on standard error (an
+/// errno alone rarely tells which attribute the NIC refused).
+pub const DEBUG_ENV: &str = "ROCE_VERBS_DEBUG";
+
+/// The errno of a failed verb; with `ROCE_VERBS_DEBUG` set, the NIC's sentence on stderr too.
 pub(crate) fn fail(what: &str, error: &roce_nic::verbs::VerbsError) -> c_int {
-    tracing::debug!(%error, "{what} failed");
+    static DEBUG: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if *DEBUG.get_or_init(|| std::env::var_os(DEBUG_ENV).is_some()) {
+        eprintln!("libibverbs (roce): {what}: {error}");
+    }
     error.errno()
 }

@@ -129,6 +129,14 @@ fn back(addr: usize, len: usize) -> Result<(Arc<Backing>, usize), c_int> {
         .ok_or(libc::EINVAL)?
         & !(page - 1);
     let size = end - start;
+    // Every page must be mapped (mincore fails with ENOMEM otherwise): checked before any
+    // memory of ours is mapped, which could land on a hole in the range.
+    let mut residency = vec![0u8; size / page];
+    // SAFETY: mincore only reads the page tables of the range into a buffer of one byte per
+    // page.
+    if unsafe { libc::mincore(start as *mut c_void, size, residency.as_mut_ptr()) } != 0 {
+        return Err(libc::EFAULT);
+    }
     let mut backings = BACKINGS.lock().unwrap_or_else(|e| e.into_inner());
     // A backing that already holds these pages, and still backs them.
     if let Some((_, b)) = backings.range(..=start).next_back() {
@@ -263,6 +271,7 @@ fn reg(pd: *mut ibv_pd, addr: *mut c_void, len: usize, iova: u64, flags: c_int) 
             return fail_with(fail("ibv_reg_mr", &e));
         }
     };
+    p.users.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     let mr = Box::new(Mr {
         mr: ibv_mr {
             // SAFETY: the program's PD.
@@ -326,9 +335,12 @@ pub unsafe extern "C" fn roce_ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     guard(libc::EIO, || {
         // SAFETY: made by Box::into_raw in reg; the program gives it up with this call.
         let mr = unsafe { Box::from_raw(mr as *mut Mr) };
-        let Mr { inner, backing, .. } = *mr;
+        let Mr { mr, inner, backing } = *mr;
         drop(inner);
         release(backing);
+        // SAFETY: an MR's PD outlives it (its dealloc answers EBUSY until then).
+        let pd = unsafe { Pd::from_ptr(mr.pd) };
+        pd.users.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
         0
     })
 }

@@ -5,6 +5,7 @@
 use std::ffi::{c_int, c_void};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::ptr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use roce_nic::verbs::{
@@ -44,6 +45,8 @@ fn null_with<T>(errno: c_int) -> *mut T {
 pub struct Pd {
     pub pd: ibv_pd,
     pub inner: ProtectionDomain,
+    /// MRs, QPs and AHs made in it: while there are any, `ibv_dealloc_pd` answers EBUSY.
+    pub users: AtomicUsize,
 }
 
 impl Pd {
@@ -72,6 +75,7 @@ pub unsafe extern "C" fn roce_ibv_alloc_pd(context: *mut ibv_context) -> *mut ib
                         handle: inner.handle(),
                     },
                     inner,
+                    users: AtomicUsize::new(0),
                 });
                 Box::into_raw(pd) as *mut ibv_pd
             }
@@ -80,12 +84,15 @@ pub unsafe extern "C" fn roce_ibv_alloc_pd(context: *mut ibv_context) -> *mut ib
     })
 }
 
-/// `ibv_dealloc_pd`. The NIC refuses while objects use the PD (EBUSY), as the kernel does;
-/// here the PD stays alive while they hold it, so this never fails for that reason.
+/// `ibv_dealloc_pd`: EBUSY while MRs, QPs or AHs are in it, as the kernel answers.
 #[no_mangle]
 pub unsafe extern "C" fn roce_ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     if pd.is_null() {
         return libc::EINVAL;
+    }
+    // SAFETY: the program's PD came from roce_ibv_alloc_pd.
+    if unsafe { Pd::from_ptr(pd) }.users.load(Ordering::SeqCst) != 0 {
+        return libc::EBUSY;
     }
     guard(libc::EIO, || {
         // SAFETY: made by Box::into_raw in roce_ibv_alloc_pd; the program gives it up.
@@ -148,6 +155,8 @@ pub unsafe extern "C" fn roce_ibv_destroy_comp_channel(channel: *mut ibv_comp_ch
 pub struct Cq {
     pub cq: ibv_cq,
     pub inner: CompletionQueue,
+    /// QPs that use it: while there are any, `ibv_destroy_cq` answers EBUSY.
+    pub users: AtomicUsize,
 }
 
 impl Cq {
@@ -185,7 +194,11 @@ pub unsafe extern "C" fn roce_ibv_create_cq(
         c.cq_context = cq_context;
         c.handle = inner.handle();
         c.cqe = cqe;
-        let cq = Box::into_raw(Box::new(Cq { cq: c, inner }));
+        let cq = Box::into_raw(Box::new(Cq {
+            cq: c,
+            inner,
+            users: AtomicUsize::new(0),
+        }));
         if !channel.is_null() {
             // SAFETY: the program's channel came from roce_ibv_create_comp_channel.
             let ch = unsafe { &mut *channel };
@@ -210,11 +223,15 @@ pub unsafe extern "C" fn roce_ibv_create_cq(
     })
 }
 
-/// `ibv_destroy_cq`.
+/// `ibv_destroy_cq`: EBUSY while QPs use it.
 #[no_mangle]
 pub unsafe extern "C" fn roce_ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     if cq.is_null() {
         return libc::EINVAL;
+    }
+    // SAFETY: the program's CQ came from roce_ibv_create_cq.
+    if unsafe { Cq::from_ptr(cq) }.users.load(Ordering::SeqCst) != 0 {
+        return libc::EBUSY;
     }
     guard(libc::EIO, || {
         // SAFETY: made by Box::into_raw in roce_ibv_create_cq; given up by this call.
@@ -437,6 +454,9 @@ unsafe fn create_qp_common(
     q.qp_type = attr.qp_type;
     qpx.comp_mask = 0;
     qp_ex::fill(&mut qpx, send_ops);
+    for users in [&p.users, &scq.users, &rcq.users] {
+        users.fetch_add(1, Ordering::SeqCst);
+    }
     let qp = Box::new(Qp {
         qpx,
         inner,
@@ -512,7 +532,20 @@ pub unsafe extern "C" fn roce_ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     }
     guard(libc::EIO, || {
         // SAFETY: made by Box::into_raw in create_qp_common; given up by this call.
-        drop(unsafe { Box::from_raw(qp as *mut Qp) });
+        let qp = unsafe { Box::from_raw(qp as *mut Qp) };
+        let base = &qp.qpx.qp_base;
+        // SAFETY: a QP's PD and CQs outlive it (their destroy answers EBUSY until then).
+        let users = unsafe {
+            [
+                &Pd::from_ptr(base.pd).users,
+                &Cq::from_ptr(base.send_cq).users,
+                &Cq::from_ptr(base.recv_cq).users,
+            ]
+        };
+        drop(qp);
+        for users in users {
+            users.fetch_sub(1, Ordering::SeqCst);
+        }
         0
     })
 }
@@ -899,7 +932,9 @@ pub unsafe extern "C" fn roce_ibv_create_ah(
             Err(e) => return null_with(e),
         };
         match p.inner.create_ah(av) {
-            Ok(inner) => Box::into_raw(Box::new(Ah {
+            Ok(inner) => {
+                p.users.fetch_add(1, Ordering::SeqCst);
+                Box::into_raw(Box::new(Ah {
                 ah: ibv_ah {
                     // SAFETY: the program's PD.
                     context: unsafe { (*pd).context },
@@ -907,7 +942,8 @@ pub unsafe extern "C" fn roce_ibv_create_ah(
                     handle: inner.handle(),
                 },
                 inner,
-            })) as *mut ibv_ah,
+            })) as *mut ibv_ah
+            }
             Err(e) => null_with(fail("ibv_create_ah", &e)),
         }
     })
@@ -920,6 +956,10 @@ pub unsafe extern "C" fn roce_ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
         return libc::EINVAL;
     }
     // SAFETY: made by Box::into_raw in roce_ibv_create_ah; given up by this call.
-    drop(unsafe { Box::from_raw(ah as *mut Ah) });
+    let ah = unsafe { Box::from_raw(ah as *mut Ah) };
+    // SAFETY: an AH's PD outlives it (its dealloc answers EBUSY until then).
+    let users = unsafe { &Pd::from_ptr(ah.ah.pd).users };
+    drop(ah);
+    users.fetch_sub(1, Ordering::SeqCst);
     0
 }
