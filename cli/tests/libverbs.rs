@@ -150,11 +150,24 @@ fn roce_run_starts_a_nic_of_its_own_with_ip_and_link() {
 }
 
 /// Runs `args` as a server on `server` and as a client on `client` (which connects to
-/// `server_ip`), both under `roce run`; returns both outputs. The server's TCP listener is up a
-/// moment after it starts: the client is started again while it is refused, until PATIENCE.
+/// `server_ip`; rping's `-a ADDR` on both sides, ucmatose's `-s ADDR` on the client's), both
+/// under `roce run`;
+/// returns both outputs. The server listens a moment after it starts: the client is started
+/// again while it is refused, until PATIENCE.
 fn pingpong(env: &Env, server: &str, client: &str, server_ip: &str, args: &[&str]) -> [String; 2] {
-    let mut srv = start(env, server, args);
+    let mut server_args = args.to_vec();
     let mut client_args = args.to_vec();
+    if args[0] == "rping" {
+        // rping says its role, and names the server's address on both sides (-a, last here).
+        server_args.insert(1, "-s");
+        server_args.push(server_ip);
+        client_args.insert(1, "-c");
+    }
+    if args[0] == "ucmatose" {
+        // Only the client names the server (-s, last here).
+        server_args.pop();
+    }
+    let mut srv = start(env, server, &server_args);
     client_args.push(server_ip);
     let deadline = Instant::now() + PATIENCE;
     let done = loop {
@@ -162,7 +175,10 @@ fn pingpong(env: &Env, server: &str, client: &str, server_ip: &str, args: &[&str
         if done.status.success() {
             break done;
         }
-        let refused = done.stderr.contains("Couldn't connect");
+        // Refused: by TCP (the pingpongs, perftest), or by the CM with a REJ (rping,
+        // ucmatose, perftest -R) while nobody listens yet.
+        let said = format!("{}{}", done.stdout, done.stderr);
+        let refused = said.contains("Couldn't connect") || said.contains("REJECTED");
         assert!(
             refused && Instant::now() < deadline,
             "client {args:?} failed ({}):\n{}{}\nserver stderr:\n{}",
@@ -575,7 +591,7 @@ fn perftest_and_roce_perftest_talk_both_ways() {
 }
 
 #[test]
-fn librdmacm_loads_and_says_not_supported() {
+fn rdma_cm_programs_connect_through_the_nics_connection_manager() {
     let all = [
         installed("rping", "rdmacm-utils"),
         installed("ucmatose", "rdmacm-utils"),
@@ -585,30 +601,65 @@ fn librdmacm_loads_and_says_not_supported() {
         return;
     }
     let env = Env::new("lvcm");
-    let (a, _b) = cabled_pair(&env, 68);
+    let (a, b) = cabled_pair(&env, 68);
     let _na = env.nic(&a);
-    // What each says: rping and ucmatose print the errno's text, perftest the call.
-    for (args, says) in [
-        (
-            &["rping", "-s", "-v", "-C", "1"][..],
-            "Function not implemented",
-        ),
-        (&["ucmatose"], "Function not implemented"),
-        (
-            &["ib_write_bw", "-R", "-x", "1", "10.68.0.2"],
-            "rdma_create_event_channel failed",
-        ),
-    ] {
-        let done = run(&env, Some(&a.name), args);
-        // A clean failure: an exit code (no signal), and the errno our calls set.
+    let _nb = env.nic(&b);
+    // rping -v: every ping printed on both sides, through REQ/REP/RTU and DREQ/DREP.
+    let [server, client] = pingpong(
+        &env,
+        &b.name,
+        &a.name,
+        "10.68.0.2",
+        &["rping", "-v", "-C", "5", "-p", "7471", "-a"],
+    );
+    for n in 0..5 {
         assert!(
-            done.status.code().is_some_and(|c| c != 0),
-            "{args:?}: {}",
-            done.status
+            client.contains(&format!("ping data: rdma-ping-{n}: ")),
+            "{client}"
         );
-        let said = format!("{}{}", done.stdout, done.stderr);
-        assert!(said.contains(says), "{args:?}: {said}");
+        assert!(
+            server.contains(&format!("server ping data: rdma-ping-{n}: ")),
+            "{server}"
+        );
     }
+    let [server, client] = pingpong(
+        &env,
+        &b.name,
+        &a.name,
+        "10.68.0.2",
+        &["ucmatose", "-p", "7472", "-s"],
+    );
+    for out in [&server, &client] {
+        assert!(out.contains("data transfers complete"), "{out}");
+        assert!(out.contains("return status 0"), "{out}");
+    }
+    let [_, client] = pingpong(
+        &env,
+        &b.name,
+        &a.name,
+        "10.68.0.2",
+        &["ib_write_bw", "-R", "-x", "1", "-n", "100", "-p", "7473"],
+    );
+    assert_eq!(figures(&client)[..2], ["65536", "100"]);
+}
+
+#[test]
+fn rdma_cm_calls_not_mapped_yet_fail_cleanly() {
+    if !installed("rdma_server", "rdmacm-utils") {
+        return;
+    }
+    let env = Env::new("lvcmx");
+    let (a, _b) = cabled_pair(&env, 71);
+    let _na = env.nic(&a);
+    // rdma_server makes its endpoint with rdma_create_ep, which answers ENOSYS.
+    let done = run(&env, Some(&a.name), &["rdma_server", "-p", "7474"]);
+    assert!(
+        done.status.code().is_some_and(|c| c != 0),
+        "{}",
+        done.status
+    );
+    let said = format!("{}{}", done.stdout, done.stderr);
+    assert!(said.contains("rdma_create_ep"), "{said}");
 }
 
 #[test]

@@ -98,6 +98,13 @@ fn device(nic: &str) -> &'static Device {
 /// `ibv_get_device_list`.
 #[no_mangle]
 pub unsafe extern "C" fn roce_ibv_get_device_list(num: *mut c_int) -> *mut *mut ibv_device {
+    // SAFETY: the same contract.
+    unsafe { get_device_list(num) }
+}
+
+/// The body of `ibv_get_device_list`, for the other modules of the library (a function bound
+/// to a version node is called only from its own module: see [`crate::versions`]).
+pub(crate) unsafe fn get_device_list(num: *mut c_int) -> *mut *mut ibv_device {
     guard(ptr::null_mut(), || {
         let mut list: Vec<*mut ibv_device> = nic_names()
             .iter()
@@ -115,6 +122,11 @@ pub unsafe extern "C" fn roce_ibv_get_device_list(num: *mut c_int) -> *mut *mut 
 /// `ibv_free_device_list`: frees the array (the devices stay, see [`Device`]).
 #[no_mangle]
 pub unsafe extern "C" fn roce_ibv_free_device_list(list: *mut *mut ibv_device) {
+    // SAFETY: the same contract.
+    unsafe { free_device_list(list) }
+}
+
+pub(crate) unsafe fn free_device_list(list: *mut *mut ibv_device) {
     if list.is_null() {
         return;
     }
@@ -210,6 +222,10 @@ pub(crate) fn is_ours(context: *mut ibv_context) -> bool {
 /// `ibv_open_device`.
 #[no_mangle]
 pub unsafe extern "C" fn roce_ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
+    open_device(device)
+}
+
+pub(crate) fn open_device(device: *mut ibv_device) -> *mut ibv_context {
     guard(ptr::null_mut(), || {
         let Some(d) = nic_of(device) else {
             set_errno(libc::EINVAL);

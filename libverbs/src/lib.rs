@@ -29,7 +29,9 @@
 /// Binds each `roce_<name>` function of the invoking module to `<name>@@<node>` with a
 /// `.symver` directive (the nodes are declared in `libibverbs.map`; rustc's own version script
 /// for a cdylib is anonymous and cannot name them). Invoked in the module that defines the
-/// functions: the directive must be in the same object file as the definition.
+/// functions: the directive must be in the same object file as the definition, and a function
+/// so bound is called only from its own module (another module's call can make rustc put the
+/// definition in another codegen unit than the directive): other modules call its body.
 macro_rules! versions {
     ($($node:literal: [$($name:ident),* $(,)?])*) => {
         std::arch::global_asm!(concat!($($(
@@ -39,6 +41,7 @@ macro_rules! versions {
 }
 
 pub mod abi;
+pub mod cm;
 pub mod device;
 pub mod mr;
 pub mod oob;

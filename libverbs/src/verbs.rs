@@ -472,6 +472,12 @@ pub unsafe extern "C" fn roce_ibv_create_qp(
     pd: *mut ibv_pd,
     attr: *mut ibv_qp_init_attr,
 ) -> *mut ibv_qp {
+    // SAFETY: the same contract.
+    unsafe { create_qp(pd, attr) }
+}
+
+/// The body of `ibv_create_qp`, for `rdma_create_qp` (see [`crate::versions`]).
+pub(crate) unsafe fn create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> *mut ibv_qp {
     if attr.is_null() {
         return null_with(libc::EINVAL);
     }
@@ -527,6 +533,12 @@ pub unsafe extern "C" fn roce_ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex
 /// `ibv_destroy_qp`.
 #[no_mangle]
 pub unsafe extern "C" fn roce_ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
+    // SAFETY: the same contract.
+    unsafe { destroy_qp(qp) }
+}
+
+/// The body of `ibv_destroy_qp`, for `rdma_destroy_qp` (see [`crate::versions`]).
+pub(crate) unsafe fn destroy_qp(qp: *mut ibv_qp) -> c_int {
     if qp.is_null() {
         return libc::EINVAL;
     }
@@ -935,14 +947,14 @@ pub unsafe extern "C" fn roce_ibv_create_ah(
             Ok(inner) => {
                 p.users.fetch_add(1, Ordering::SeqCst);
                 Box::into_raw(Box::new(Ah {
-                ah: ibv_ah {
-                    // SAFETY: the program's PD.
-                    context: unsafe { (*pd).context },
-                    pd,
-                    handle: inner.handle(),
-                },
-                inner,
-            })) as *mut ibv_ah
+                    ah: ibv_ah {
+                        // SAFETY: the program's PD.
+                        context: unsafe { (*pd).context },
+                        pd,
+                        handle: inner.handle(),
+                    },
+                    inner,
+                })) as *mut ibv_ah
             }
             Err(e) => null_with(fail("ibv_create_ah", &e)),
         }

@@ -1,6 +1,6 @@
-//! The structures of `abi` against the system's `infiniband/verbs.h` (libibverbs-dev): a C
-//! program prints every size and offset `abi::layout` names, compiled with gcc, and each
-//! must equal ours.
+//! The structures of `abi` and `cm` against the system's `infiniband/verbs.h`
+//! (libibverbs-dev) and `rdma/rdma_cma.h` (librdmacm-dev): a C program prints every size and
+//! offset they name, compiled with gcc, and each must equal ours.
 
 use std::process::Command;
 
@@ -11,10 +11,17 @@ fn structures_match_the_system_header() {
         roce_testkit::skip("libibverbs-dev is not installed (no infiniband/verbs.h)");
         return;
     }
-    let ours = ibverbs::abi::layout();
-    let mut c = String::from(
-        "#include <stddef.h>\n#include <stdio.h>\n#include <infiniband/verbs.h>\nint main(void) {\n",
-    );
+    let mut ours = ibverbs::abi::layout();
+    let mut c =
+        String::from("#include <stddef.h>\n#include <stdio.h>\n#include <infiniband/verbs.h>\n");
+    // The RDMA CM's structures too, where librdmacm-dev gives their header.
+    if std::path::Path::new("/usr/include/rdma/rdma_cma.h").exists() {
+        c.push_str("#include <rdma/rdma_cma.h>\n");
+        ours.extend(ibverbs::cm::layout());
+    } else {
+        roce_testkit::skip("librdmacm-dev is not installed (no rdma/rdma_cma.h)");
+    }
+    c.push_str("int main(void) {\n");
     for (expr, _) in &ours {
         c.push_str(&format!("  printf(\"%zu\\n\", (size_t){expr});\n"));
     }
