@@ -1019,7 +1019,7 @@ impl Engine {
         let Some(qpn) = qpn else { return };
         self.with_qp(qpn, |qp, ctx| {
             if qp.state != QpState::Reset {
-                qp.enter_error(ctx);
+                qp.enter_error(ctx, crate::transport::ErrorCause::Requested);
             }
         });
     }

@@ -14,7 +14,7 @@ use crate::cq::{Cq, EventLine};
 use crate::pkey;
 use crate::qp::{ring_layout, Qp, MAX_RD_ATOMIC};
 use crate::ring::{Geometry, Ring};
-use crate::transport::{udp_src_port, Path};
+use crate::transport::{udp_src_port, Event, Path};
 use crate::verbs::types::{QpAttr, QpCap, QpState, QpType};
 use crate::verbs::VerbsError;
 use crate::wqe::CQE_SIZE;
@@ -111,7 +111,14 @@ impl Engine {
                 self.check_room(client, Object::Mr, 0)?;
                 let keys = self.mrs.register(id, region, offset, len, access, va)?;
                 self.mr_owners.insert(keys.lkey, client);
-                info!(lkey = format_args!("{:#x}", keys.lkey), rkey = format_args!("{:#x}", keys.rkey), va = format_args!("{:#x}", keys.va), len = keys.len, %access, "memory registered");
+                Event::MemoryRegistered {
+                    lkey: keys.lkey,
+                    rkey: keys.rkey,
+                    va: keys.va,
+                    len: keys.len,
+                    access,
+                }
+                .log();
                 Ok(Response::Mr(keys))
             }
             Request::DeregMr { lkey } => {
@@ -365,27 +372,29 @@ impl Engine {
             // The GSI is ready at once, with the well-known Q_Key.
             let attr = QpAttr::init_ud(deth::GSI_Q_KEY);
             let pkeys = self.port.pkeys.clone();
-            let (_, mut ctx) = self.split(std::time::Instant::now());
-            for (state, a) in [
-                (QpState::Init, attr),
-                (
-                    QpState::Rtr,
-                    QpAttr {
-                        qp_state: Some(QpState::Rtr),
-                        ..QpAttr::default()
-                    },
-                ),
-                (
-                    QpState::Rts,
-                    QpAttr {
-                        qp_state: Some(QpState::Rts),
-                        sq_psn: Some(0),
-                        ..QpAttr::default()
-                    },
-                ),
-            ] {
-                qp.apply_modify(&a, state, None, &pkeys, &mut ctx);
-            }
+            let (_, mut io) = self.io();
+            io.drive(&mut qp, std::time::Instant::now(), |qp, ctx| {
+                for (state, a) in [
+                    (QpState::Init, attr),
+                    (
+                        QpState::Rtr,
+                        QpAttr {
+                            qp_state: Some(QpState::Rtr),
+                            ..QpAttr::default()
+                        },
+                    ),
+                    (
+                        QpState::Rts,
+                        QpAttr {
+                            qp_state: Some(QpState::Rts),
+                            sq_psn: Some(0),
+                            ..QpAttr::default()
+                        },
+                    ),
+                ] {
+                    qp.apply_modify(&a, state, None, &pkeys, ctx);
+                }
+            });
         }
         self.qps.insert(qp);
         info!(qpn, %qp_type, "QP created");

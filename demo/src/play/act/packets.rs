@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use roce_nic::transport::EventKind;
 use roce_nic::verbs::Wc;
 
 use super::{changed, Act, TIMELINE_FRAMES};
@@ -126,7 +127,7 @@ impl Act<'_, '_> {
             .since(event_mark)
             .into_iter()
             // Frames sent are shown as frames.
-            .filter(|e| e.on_data_path() && e.message != "packet sent")
+            .filter(|e| e.on_data_path() && !e.is(EventKind::PacketSent))
             .collect();
         let mut beats: Vec<(Duration, Beat)> = Vec::new();
         let mut shown_from = [false; 2];
