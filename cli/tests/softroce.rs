@@ -305,7 +305,13 @@ fn rping_through_the_rdma_cm() {
         faults: None,
         capture_each: false,
         via_switch: false,
-        scenarios: scenarios(&[(Rping, "-C 300 -V"), (Ucmatose, "-C 100 -S 1000")]),
+        scenarios: scenarios(&[(Rping, "-C 300 -V"), (Ucmatose, "-C 100 -S 1000")])
+            .into_iter()
+            // Debian's own rping and ucmatose on our NIC too, under `roce run` (our librdmacm
+            // calls on the NIC's connection manager).
+            .chain(Scenario::unmodified_both_ways(Rping, "-C 100 -V"))
+            .chain(Scenario::unmodified_both_ways(Ucmatose, "-C 50 -S 1000"))
+            .collect(),
     });
     if let (Some(nic), true) = (captures.first(), interop::captures::regenerate()) {
         interop::pair::commit_handshakes(nic, RPING_CAPTURE);

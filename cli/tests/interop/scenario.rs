@@ -146,13 +146,32 @@ impl Scenario {
     /// `roce` arguments for our side (without the NIC or the limits).
     pub fn our_args(&self, port: u16) -> Vec<String> {
         if self.unmodified {
-            let gid = match self.kind {
-                Kind::Pingpong(_) => "-g",
-                Kind::Perftest(_) => "-x",
-                _ => panic!("only the pingpongs and perftest run unmodified here"),
-            };
-            let mut args = vec!["run".into(), "--".into(), self.program(), gid.into()];
-            args.extend(["1".into(), "-p".into(), port.to_string()]);
+            let mut args: Vec<String> = vec!["run".into(), "--".into(), self.program()];
+            match self.kind {
+                Kind::Pingpong(_) => args.extend(["-g".into(), "1".into()]),
+                Kind::Perftest(_) => args.extend(["-x".into(), "1".into()]),
+                // rping names the server's address on both sides.
+                Kind::Rping => {
+                    let (role, addr) = if self.guest_serves {
+                        ("-c", super::guest::GUEST_IP)
+                    } else {
+                        ("-s", NIC_IP)
+                    };
+                    args.extend([role.into(), "-v".into(), "-a".into(), addr.into()]);
+                    args.extend(["-p".into(), port.to_string()]);
+                    args.extend(self.args.iter().cloned());
+                    return args;
+                }
+                Kind::Ucmatose => {}
+            }
+            args.extend(["-p".into(), port.to_string()]);
+            if self.kind == Kind::Ucmatose {
+                args.extend(self.args.iter().cloned());
+                if self.guest_serves {
+                    args.extend(["-s".into(), super::guest::GUEST_IP.into()]);
+                }
+                return args;
+            }
             args.extend(self.args.iter().cloned());
             if self.guest_serves {
                 args.push(super::guest::GUEST_IP.into());
