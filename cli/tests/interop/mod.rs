@@ -386,7 +386,7 @@ fn problems_of(scenario: &Scenario, ours: &Ours, console: &Console, n: usize) ->
         let text = scenario.success_text(!scenario.guest_serves);
         // The real rping server ends with a failing status when the client disconnects (see
         // Scenario::rping_guest_command): what it printed says whether it worked.
-        let status_counts = !(scenario.kind == Kind::Rping && !scenario.guest_serves);
+        let status_counts = scenario.kind != Kind::Rping || scenario.guest_serves;
         if (status_counts && !ours.status.success())
             || text.is_some_and(|t| !ours.stdout.contains(&t))
         {
