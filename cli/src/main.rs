@@ -23,6 +23,7 @@ mod run;
 mod signals;
 mod switch;
 mod ucmatose;
+mod udaddy;
 
 use std::process::ExitCode;
 
@@ -101,6 +102,10 @@ enum Command {
     /// Speak librdmacm's ucmatose with a peer: messages both ways over an RDMA CM connection.
     #[command(after_long_help = ucmatose::EXAMPLES)]
     Ucmatose(ucmatose::Args),
+    /// Speak librdmacm's udaddy with a peer: UD datagrams both ways, the server's QP found
+    /// through the RDMA CM (SIDR).
+    #[command(after_long_help = udaddy::EXAMPLES)]
+    Udaddy(udaddy::Args),
     /// Run an unmodified verbs program (ibv_devinfo, ibv_rc_pingpong, perftest, ...) on an
     /// emulated NIC, with our libibverbs.so.1 and librdmacm.so.1.
     #[command(after_long_help = run::EXAMPLES)]
@@ -143,6 +148,7 @@ fn main() -> ExitCode {
         Command::Perftest(args) => perftest::run(args),
         Command::Rping(args) => rping::run(args),
         Command::Ucmatose(args) => ucmatose::run(args),
+        Command::Udaddy(args) => udaddy::run(args),
         Command::Run(args) => run::run(args),
         Command::Host(cmd) => host::run(cmd),
         Command::Switch(args) => switch::run(args),
