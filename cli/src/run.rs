@@ -45,9 +45,9 @@ pub struct Args {
     program: Vec<OsString>,
 }
 
-/// Where our libraries are: `ROCE_LIB_DIR`, beside the roce executable (cargo's target
-/// directory, where `cargo build` puts libibverbs.so), its `deps` (where a build of the tests
-/// puts them), or `../lib/roce` of an installation.
+/// Where our libraries are: `ROCE_LIB_DIR`, else the newest of beside the roce executable
+/// (cargo's target directory, where `cargo build` puts libibverbs.so), its `deps` (where a
+/// build of the tests puts them) and `../lib/roce` of an installation.
 fn library_dir() -> Result<PathBuf, Failure> {
     let has = |d: &Path| d.join("libibverbs.so").is_file() && d.join("librdmacm.so").is_file();
     if let Some(dir) = std::env::var_os("ROCE_LIB_DIR") {
@@ -64,13 +64,24 @@ fn library_dir() -> Result<PathBuf, Failure> {
     let exe = std::env::current_exe().map_err(|e| Failure::new(format!("where am I: {e}")))?;
     let bin = exe.parent().unwrap_or(Path::new("."));
     let candidates = [bin.to_path_buf(), bin.join("deps"), bin.join("../lib/roce")];
-    candidates.into_iter().find(|d| has(d)).ok_or_else(|| {
-        Failure::new(format!(
-            "cannot find our libibverbs.so and librdmacm.so beside {} (build them with \
+    // Cargo leaves a build in both the target directory and its deps/ (`cargo build` of the
+    // crate, and a build of the tests that depend on it): the newer one is this source's.
+    let built = |d: &PathBuf| {
+        std::fs::metadata(d.join("libibverbs.so"))
+            .and_then(|m| m.modified())
+            .ok()
+    };
+    candidates
+        .into_iter()
+        .filter(|d| has(d))
+        .max_by_key(built)
+        .ok_or_else(|| {
+            Failure::new(format!(
+                "cannot find our libibverbs.so and librdmacm.so beside {} (build them with \
              `cargo build -p roce-libverbs -p roce-librdmacm`, or set ROCE_LIB_DIR)",
-            exe.display()
-        ))
-    })
+                exe.display()
+            ))
+        })
 }
 
 /// A directory of `libibverbs.so.1` and `librdmacm.so.1` (the sonames programs ask for)
