@@ -316,10 +316,14 @@ fn rping_through_the_rdma_cm() {
             (Udaddy, "-C 50 -S 1000"),
         ])
         .into_iter()
-        // Debian's own rping and ucmatose on our NIC too, under `roce run` (our librdmacm
-        // calls on the NIC's connection manager).
+        // Debian's own rping, ucmatose and ib_write_bw -R on our NIC too, under `roce run`
+        // (our librdmacm calls on the NIC's connection manager).
         .chain(Scenario::unmodified_both_ways(Rping, "-C 100 -V"))
         .chain(Scenario::unmodified_both_ways(Ucmatose, "-C 50 -S 1000"))
+        .chain(Scenario::unmodified_both_ways(
+            Perftest("write_bw"),
+            "-R -s 65536 -n 200",
+        ))
         .collect(),
     });
     if let (Some(nic), true) = (captures.first(), interop::captures::regenerate()) {
