@@ -367,9 +367,13 @@ impl Qp {
     pub fn release_slots(&mut self) {
         let r = &mut self.rings;
         let sq_done = r.sq.unreleased().saturating_sub(self.sq.outstanding());
-        r.sq.release(sq_done);
+        if sq_done > 0 {
+            r.sq.release(sq_done);
+        }
         let rq_done = r.rq.unreleased().saturating_sub(self.rq.len());
-        r.rq.release(rq_done);
+        if rq_done > 0 {
+            r.rq.release(rq_done);
+        }
     }
 
     /// After the transport worked on the QP (engine side): slots back to the host and, in the
