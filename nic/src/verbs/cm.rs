@@ -8,7 +8,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::context::{Context, Inner, QueuePair};
+use super::context::{Context, Inner};
+use super::qp::QueuePair;
 use super::VerbsError;
 use crate::cm::{CmEvent, ConnParam};
 use crate::control::{Request, Response};

@@ -7,15 +7,25 @@
 //! through rings in shared memory with a doorbell, without a round trip per request, as with a
 //! hardware RNIC.
 
+mod ah;
+mod backend;
 mod cm;
 mod context;
+mod cq;
+mod mr;
+mod pd;
+mod qp;
 mod tcp;
 
 pub use crate::error::VerbsError;
+pub use ah::AddressHandle;
+pub use backend::Backend;
 pub use cm::CmId;
-pub use context::{
-    AddressHandle, Backend, CompletionQueue, Context, MemoryRegion, ProtectionDomain, QueuePair,
-};
+pub use context::Context;
+pub use cq::CompletionQueue;
+pub use mr::MemoryRegion;
+pub use pd::ProtectionDomain;
+pub use qp::QueuePair;
 pub use tcp::PortListener;
 // The vocabulary lives below the engine (crate::types), which speaks it too; the API re-exports it.
 pub use crate::types::*;
