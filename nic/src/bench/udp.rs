@@ -206,7 +206,7 @@ pub fn run_sink_from_env() -> io::Result<()> {
 }
 
 /// The receiver, bound to the first address of `ends` and connected to the second: counts
-/// datagrams and acknowledges every [`ACK_EVERY`]; a one-byte datagram asks for the count
+/// datagrams and acknowledges every 32nd (`ACK_EVERY`); a one-byte datagram asks for the count
 /// since the last ask. `batched`: it takes them with recvmmsg, as the cable does. Ends when
 /// its parent kills it, or after 15 minutes (a forgotten receiver does not live forever).
 pub fn run_sink(ends: &str, batched: bool) -> io::Result<()> {
