@@ -14,10 +14,12 @@ pub enum Scenario {
     Imm,
     TcpVsRdma,
     Allreduce,
+    Connect,
+    Congestion,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 8] = [
+    pub const ALL: [Scenario; 10] = [
         Scenario::Write,
         Scenario::Read,
         Scenario::Send,
@@ -26,6 +28,8 @@ impl Scenario {
         Scenario::Imm,
         Scenario::TcpVsRdma,
         Scenario::Allreduce,
+        Scenario::Connect,
+        Scenario::Congestion,
     ];
 
     pub fn name(self) -> &'static str {
@@ -38,6 +42,8 @@ impl Scenario {
             Scenario::Imm => "imm",
             Scenario::TcpVsRdma => "tcp-vs-rdma",
             Scenario::Allreduce => "allreduce",
+            Scenario::Connect => "connect",
+            Scenario::Congestion => "congestion",
         }
     }
 
@@ -77,13 +83,22 @@ impl Scenario {
             Scenario::Allreduce => "ring all-reduce over RDMA WRITE with immediate, as AI \
                  training does: every host ends with the sum, its CPU only adding"
                 .to_owned(),
+            Scenario::Connect => "the RDMA connection manager's handshake on QP1 (REQ, REP, RTU, \
+                 DREQ, DREP), each MAD field by field, and the QP state each side reaches"
+                .to_owned(),
+            Scenario::Congestion => "an incast of several senders into one switch port, \
+                 without and with DCQCN: tail drops, then ECN marks, CNPs and fair shares"
+                .to_owned(),
         }
     }
 
     /// Whether the scenario is one operation between an initiator and a target (the others
     /// are lessons of their own: [`crate::tcp_vs_rdma`], [`crate::allreduce`]).
     pub fn is_pair(self) -> bool {
-        !matches!(self, Scenario::TcpVsRdma | Scenario::Allreduce)
+        !matches!(
+            self,
+            Scenario::TcpVsRdma | Scenario::Allreduce | Scenario::Connect | Scenario::Congestion
+        )
     }
 
     /// Whether the target stays frozen (SIGSTOP) while the NICs do the work: true for the
@@ -130,7 +145,7 @@ mod tests {
         assert_eq!(
             "writ".parse::<Scenario>(),
             Err("\"writ\" is not a scenario (known: write, read, send, atomic, loss, imm, tcp-vs-rdma, \
-             allreduce)".into())
+             allreduce, connect, congestion)".into())
         );
     }
 }

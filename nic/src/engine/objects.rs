@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use roce_hostmem::Region;
+use roce_wire::cma::PortSpace;
 use roce_wire::deth;
 use tracing::{debug, info};
 
@@ -234,7 +235,8 @@ impl Engine {
                 self.forget_client(client);
                 Ok(Response::Done)
             }
-            Request::CmListen { addr } => self.cm_listen(client, addr),
+            Request::CmListen { addr } => self.cm_listen(client, addr, PortSpace::Tcp),
+            Request::CmListenUdp { addr } => self.cm_listen(client, addr, PortSpace::Udp),
             Request::CmConnect { qpn, dst, param } => self.cm_connect(client, qpn, dst, param),
             Request::CmAccept { id, qpn, param } => self.cm_accept(client, id, qpn, param),
             Request::CmReject { id, private_data } => self.cm_reject(client, id, &private_data),
@@ -359,6 +361,14 @@ impl Engine {
             sq_sig_all,
         )?;
         qp.rxe_compat = self.rxe_compat;
+        if qp_type != QpType::Ud {
+            qp.congestion = self.dcqcn.map(|p| {
+                Box::new(crate::dcqcn::QpCongestion::new(
+                    p,
+                    std::time::Instant::now(),
+                ))
+            });
+        }
         qp.p_key = self.port.pkeys.get(0).unwrap_or(pkey::DEFAULT);
         if qp_type == QpType::Ud {
             qp.attrs.path_mtu = self.port.max_mtu;
