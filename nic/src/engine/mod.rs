@@ -69,8 +69,9 @@ pub(crate) struct Engine {
     qps: QpTable,
     /// The QPs with work or a timer: what a pass looks at.
     active: ActiveQps,
-    /// Whether the next pass looks at every QP: after a request from a host (which may have
-    /// changed any QP) or a completion queue's overrun (which takes its QPs into error).
+    /// Whether the next pass looks at every QP: after a completion queue's overrun (which takes
+    /// its QPs into error). A host's requests need none: what they do to a QP goes through
+    /// `EngineIo::drive`, which makes the QP active.
     sweep: bool,
     ahs: HashMap<u32, Path>,
     ah_owners: HashMap<u32, (ClientId, u32)>,
@@ -238,7 +239,6 @@ impl Engine {
         let mut busy = false;
         while let Ok(message) = self.control.try_recv() {
             busy = true;
-            self.sweep = true;
             match message {
                 Control::Call(command) => self.serve(command),
                 Control::Shutdown => self.running = false,
@@ -307,7 +307,7 @@ impl Engine {
 
     /// The send-side work of the active QPs, after enrolling those with newly posted work (a
     /// doorbell does not say which QP it rings for: every idle QP's send ring is looked at,
-    /// one load each) or, after a sweep request, every QP.
+    /// one load each) or, after an overrun, every QP.
     fn transmit(&mut self) -> bool {
         let mut busy = false;
         let now = Instant::now();
