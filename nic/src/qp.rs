@@ -359,6 +359,21 @@ impl Qp {
         n
     }
 
+    /// Whether the host posted work the engine has yet to take: send requests, or in the error
+    /// state any request (to be flushed). Receive requests wait in the ring for a packet.
+    pub fn has_new_posts(&self) -> bool {
+        self.rings.sq.available() > 0 || (self.state == QpState::Err && self.unfetched() > 0)
+    }
+
+    /// Whether the engine must keep looking at the QP though nothing happens to it: posts to
+    /// take, send requests not yet completed, replies to send, or a timer running.
+    pub fn needs_engine(&self) -> bool {
+        self.has_new_posts()
+            || !self.sq.is_empty()
+            || self.recv.has_replies()
+            || self.deadline().is_some()
+    }
+
     /// Requests posted to the rings and not yet fetched.
     pub fn unfetched(&self) -> u32 {
         self.rings.sq.available() + self.rings.rq.available()

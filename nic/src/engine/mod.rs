@@ -11,7 +11,7 @@ mod qp_table;
 mod rx;
 
 pub use cm::DEFAULT_RESPONSE_TIMEOUT as CM_RESPONSE_TIMEOUT;
-use qp_table::QpTable;
+use qp_table::{ActiveQps, QpTable};
 pub use qp_table::{FIRST_QPN, GSI_QPN};
 
 use std::collections::HashMap;
@@ -67,6 +67,12 @@ pub(crate) struct Engine {
     mr_owners: HashMap<u32, ClientId>,
     cqs: CqTable,
     qps: QpTable,
+    /// The QPs with work or a timer: what a pass looks at.
+    active: ActiveQps,
+    /// Whether the next pass looks at every QP: after a completion queue's overrun (which takes
+    /// its QPs into error). A host's requests need none: what they do to a QP goes through
+    /// `EngineIo::drive`, which makes the QP active.
+    sweep: bool,
     ahs: HashMap<u32, Path>,
     ah_owners: HashMap<u32, (ClientId, u32)>,
     /// The protection domain of each address handle: a UD send may only use an AH of its
@@ -146,6 +152,8 @@ impl Engine {
             mr_owners: HashMap::new(),
             cqs: CqTable::default(),
             qps: QpTable::default(),
+            active: ActiveQps::default(),
+            sweep: false,
             ahs: HashMap::new(),
             ah_owners: HashMap::new(),
             ah_pds: HashMap::new(),
@@ -297,14 +305,35 @@ impl Engine {
         n > 0
     }
 
+    /// The send-side work of the active QPs, after enrolling those with newly posted work (a
+    /// doorbell does not say which QP it rings for: every idle QP's send ring is looked at,
+    /// one load each) or, after an overrun, every QP.
     fn transmit(&mut self) -> bool {
         let mut busy = false;
         let now = Instant::now();
+        let sweep = std::mem::take(&mut self.sweep);
         let (qps, mut io) = self.io();
-        for qp in qps.iter_mut() {
+        for qp in qps.iter() {
+            if sweep || (!io.active.contains(qp.qpn) && qp.has_new_posts()) {
+                io.active.insert(qp.qpn);
+            }
+        }
+        let mut i = 0;
+        while i < io.active.len() {
+            let qpn = io.active.at(i);
+            let Some(qp) = qps.get_mut(qpn) else {
+                io.active.remove_at(i);
+                continue;
+            };
             let overran = io.cqs().overran(qp.send_cq) || io.cqs().overran(qp.recv_cq);
             let ah_pds = io.ah_pds;
-            busy |= io.drive(qp, now, |qp, ctx| work(qp, ctx, overran, ah_pds));
+            let worked = io.drive(qp, now, |qp, ctx| work(qp, ctx, overran, ah_pds));
+            busy |= worked;
+            if worked || qp.needs_engine() {
+                i += 1;
+            } else {
+                io.active.remove_at(i);
+            }
         }
         busy
     }
@@ -313,8 +342,12 @@ impl Engine {
         let now = Instant::now();
         self.expire_neighbour_waits(now);
         self.cm_timers(now);
+        // A QP with a timer running is active.
         let (qps, mut io) = self.io();
-        for qp in qps.iter_mut() {
+        for i in 0..io.active.len() {
+            let Some(qp) = qps.get_mut(io.active.at(i)) else {
+                continue;
+            };
             if qp.deadline().is_some_and(|t| t <= now) {
                 io.drive(qp, now, transport::on_timers);
             }
@@ -322,8 +355,9 @@ impl Engine {
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        self.qps
+        self.active
             .iter()
+            .filter_map(|qpn| self.qps.get(qpn))
             // A QP with packets to send (requests, READ responses) also waits for its rate
             // limiter.
             .map(|qp| {
@@ -353,6 +387,8 @@ impl Engine {
     fn io(&mut self) -> (&mut QpTable, EngineIo<'_>) {
         let Engine {
             qps,
+            active,
+            sweep,
             mrs,
             cqs,
             tx,
@@ -370,6 +406,8 @@ impl Engine {
             cqs,
             completions,
             counters,
+            active,
+            sweep,
         };
         (qps, io)
     }
@@ -397,11 +435,14 @@ pub(crate) struct EngineIo<'a> {
     cqs: &'a mut CqTable,
     completions: &'a mut Vec<(u32, Wc)>,
     counters: &'a Counters,
+    active: &'a mut ActiveQps,
+    sweep: &'a mut bool,
 }
 
 impl EngineIo<'_> {
     /// Runs `f` on `qp` with a transport context at `now`, then settles the QP: its ring slots
-    /// go back to the host, and only then are the completions published.
+    /// go back to the host, and only then are the completions published. The QP is active
+    /// from then on, until a pass finds it idle.
     pub(crate) fn drive<R>(
         &mut self,
         qp: &mut Qp,
@@ -422,8 +463,11 @@ impl EngineIo<'_> {
             result
         };
         for (cq, wc) in self.completions.drain(..) {
+            let overran = self.cqs.overran(cq);
             self.cqs.complete(cq, &wc, self.counters);
+            *self.sweep |= !overran && self.cqs.overran(cq);
         }
+        self.active.insert(qp.qpn);
         result
     }
 

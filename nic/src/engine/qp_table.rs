@@ -41,13 +41,6 @@ impl QpTable {
             .map(|q| &**q)
     }
 
-    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Qp> {
-        self.gsi
-            .iter_mut()
-            .chain(self.user.iter_mut().flatten())
-            .map(|q| &mut **q)
-    }
-
     /// The number a new host QP gets.
     pub fn free_qpn(&self) -> u32 {
         let index = self
@@ -78,5 +71,72 @@ impl QpTable {
         self.user
             .get_mut(qpn.checked_sub(FIRST_QPN)? as usize)?
             .take()
+    }
+}
+
+/// The QPs the engine looks at each pass: those with work or a timer. A QP joins when anything
+/// happens to it (a frame, a request, newly posted work) and leaves once a pass finds it with
+/// nothing to send, nothing outstanding and no timer, so that a pass costs what the busy QPs
+/// cost, however many idle QPs the NIC holds.
+#[derive(Debug, Default)]
+pub struct ActiveQps {
+    list: Vec<u32>,
+    /// Membership, indexed by QP number.
+    member: Vec<bool>,
+}
+
+impl ActiveQps {
+    pub fn insert(&mut self, qpn: u32) {
+        let i = qpn as usize;
+        if i >= self.member.len() {
+            self.member.resize(i + 1, false);
+        }
+        if !self.member[i] {
+            self.member[i] = true;
+            self.list.push(qpn);
+        }
+    }
+
+    pub fn contains(&self, qpn: u32) -> bool {
+        self.member.get(qpn as usize).copied().unwrap_or(false)
+    }
+
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    /// The QP at position `i` (positions shift only through [`ActiveQps::remove_at`]).
+    pub fn at(&self, i: usize) -> u32 {
+        self.list[i]
+    }
+
+    /// Removes the QP at position `i`; the last one takes its place.
+    pub fn remove_at(&mut self, i: usize) {
+        let qpn = self.list.swap_remove(i);
+        self.member[qpn as usize] = false;
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
+        self.list.iter().copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ActiveQps;
+
+    #[test]
+    fn a_qp_is_active_once_and_leaves_with_the_last_taking_its_place() {
+        let mut active = ActiveQps::default();
+        for qpn in [0x11, 1, 0x2000, 0x11] {
+            active.insert(qpn);
+        }
+        assert_eq!(active.iter().collect::<Vec<_>>(), [0x11, 1, 0x2000]);
+        active.remove_at(0);
+        assert_eq!(active.iter().collect::<Vec<_>>(), [0x2000, 1]);
+        assert!(!active.contains(0x11) && active.contains(0x2000) && active.contains(1));
+        assert!(!active.contains(0x9999));
+        active.insert(0x11);
+        assert_eq!((active.len(), active.at(2)), (3, 0x11));
     }
 }
