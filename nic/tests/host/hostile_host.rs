@@ -87,8 +87,10 @@ fn connect(a: &Host, b: &Host) {
         rtr.min_rnr_timer = Some(1);
         me.qp.modify(&rtr).unwrap();
         let mut rts = QpAttr::rts(0);
-        rts.timeout = Some(8);
-        rts.retry_cnt = Some(1);
+        // The usual 67 ms timer and seven retries: no test here waits for a retry to run out,
+        // and a 1 ms timer with one retry failed honest WRITEs on a loaded machine.
+        rts.timeout = Some(14);
+        rts.retry_cnt = Some(7);
         me.qp.modify(&rts).unwrap();
     }
 }
