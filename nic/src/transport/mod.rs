@@ -8,6 +8,7 @@ pub mod completer;
 pub mod psn;
 pub mod requester;
 pub mod responder;
+pub mod rules;
 pub mod send_queue;
 
 use std::collections::HashMap;

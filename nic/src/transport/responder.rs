@@ -14,14 +14,14 @@ use roce_wire::aeth::{self, NakCode, Syndrome};
 use roce_wire::{atomic_ack_eth, bth, Extensions, Frame, Kind, Opcode, Transport};
 use tracing::{debug, info, trace, trace_span};
 
+use super::rules::{self, Underway};
 use super::{psn, scatter, Ctx};
 use crate::counters;
 use crate::qp::Qp;
 use crate::verbs::types::{wc_flags, QpState, QpType, Wc, WcOpcode, WcStatus};
 use crate::wqe::RecvWqe;
 
-/// The longest DMA length a RETH may carry (IBTA C9-94).
-pub const MAX_DMA_LEN: u32 = 1 << 31;
+pub use super::rules::MAX_DMA_LEN;
 
 /// READ response packets sent per reply before the engine turns to other work.
 pub const REPLY_BURST: usize = 32;
@@ -249,23 +249,17 @@ fn execute(
     let opcode = bth.opcode;
     let kind = opcode.kind();
     let position = opcode.position();
-    let in_send = qp.recv.in_message == Some(InMessage::Send);
-    let in_write = matches!(qp.recv.in_message, Some(InMessage::Write { .. }));
-    let sequence_ok = match (in_send, in_write) {
-        (true, _) => kind.is_send() && !position.is_start(),
-        (_, true) => kind.is_write() && !position.is_start(),
-        _ => position.is_start(),
+    let underway = match qp.recv.in_message {
+        Some(InMessage::Send) => Underway::Send,
+        Some(InMessage::Write { .. }) => Underway::Write,
+        None => Underway::Nothing,
     };
-    if !sequence_ok {
+    if !rules::sequence_ok(underway, kind, position) {
         debug!("opcode out of sequence");
         return Err(Refuse::Nak(NakCode::INVALID_REQUEST));
     }
-    let mtu = qp.attrs.path_mtu.bytes() as usize;
-    let full = matches!(
-        position,
-        roce_wire::Position::First | roce_wire::Position::Middle
-    );
-    if (full && payload.len() != mtu) || payload.len() > mtu {
+    let mtu = qp.attrs.path_mtu.bytes();
+    if !rules::payload_fits(position, payload.len(), mtu) {
         debug!(
             len = payload.len(),
             mtu, "payload length does not fit the path MTU"
@@ -426,7 +420,7 @@ fn receive_write(
         return Err(Refuse::Nak(NakCode::INVALID_REQUEST));
     };
     let end = offset + payload.len() as u64;
-    if end > len || (position.is_end() && end != len) {
+    if !rules::write_fits(offset, payload.len() as u64, len, position.is_end()) {
         debug!(len, end, "WRITE data does not match its DMA length");
         return Err(Refuse::Nak(NakCode::INVALID_REQUEST));
     }
@@ -490,8 +484,7 @@ fn receive_read(
     ctx.mrs
         .resolve_remote(reth.r_key, qp.pd, reth.va, len, Access::REMOTE_READ)
         .map_err(access_refusal)?;
-    let mtu = u64::from(qp.attrs.path_mtu.bytes());
-    let npkts = len.div_ceil(mtu).max(1) as u32;
+    let npkts = rules::packets(len, qp.attrs.path_mtu.bytes());
     trace!(
         rkey = format_args!("{:#x}", reth.r_key),
         va = format_args!("{:#x}", reth.va),
@@ -728,14 +721,9 @@ pub fn send_replies(qp: &mut Qp, ctx: &mut Ctx<'_>, budget: usize) -> usize {
         let index = (reply.offset / mtu) as u32;
         let p = psn::add(reply.first_psn, index);
         let n = (reply.len - reply.offset).min(mtu);
-        let first = reply.offset == 0;
-        let last = reply.offset + n >= reply.len;
-        let kind = match (first, last) {
-            (true, true) => Kind::ReadResponseOnly,
-            (true, false) => Kind::ReadResponseFirst,
-            (false, true) => Kind::ReadResponseLast,
-            (false, false) => Kind::ReadResponseMiddle,
-        };
+        let npkts = rules::packets(reply.len, qp.attrs.path_mtu.bytes());
+        let kind = rules::read_response_kind(index, npkts);
+        let last = index + 1 >= npkts;
         let Some(opcode) = Opcode::new(Transport::Rc, kind) else {
             break;
         };
