@@ -201,8 +201,23 @@ impl Stream {
         if d > 0 {
             self.gap(out, frame, p, d as u32);
         }
+        let reserved = self
+            .slot(p)
+            .and_then(|s| s.read_first.filter(|&f| f != p).map(|f| (f, s.frame)));
         if d >= 0 {
             self.fresh(out, mtu, frame, time, opcode, p, payload, dma_len);
+        } else if let (Some((first, read_frame)), false) = (reserved, kind == Kind::ReadRequest) {
+            // Not a resend: a new request on a PSN a READ reserved for its answer.
+            let span = self.read_span(first);
+            out.violation(Finding::new(
+                Rule::ReadPsnSpan,
+                [read_frame, frame],
+                format!(
+                    "the next request at PSN {:#08x} or later ({span} response PSNs)",
+                    psn::add(first, span)
+                ),
+                format!("{} at PSN {p:#08x}", opcode.name()),
+            ));
         } else if self.slot(p).is_some() {
             self.resend(out, mtu, frame, time, opcode, p, payload, dma_len);
         } else if self.fill_hole(p) {
