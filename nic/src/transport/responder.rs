@@ -64,6 +64,9 @@ struct ReadReply {
     len: u64,
     /// Next byte to send.
     offset: u64,
+    /// Not READ data but an atomic's ACK, with the original value it returns: answers go out in
+    /// PSN order (IBTA 9.5), so an atomic's ACK waits behind the READ responses before it.
+    atomic: Option<u64>,
 }
 
 /// Receive-side state of a QP.
@@ -509,6 +512,7 @@ fn receive_read(
         rkey: reth.r_key,
         len,
         offset: 0,
+        atomic: None,
     });
     Ok(npkts)
 }
@@ -544,7 +548,7 @@ fn receive_atomic(
         },
     );
     qp.recv.msn = psn::add(qp.recv.msn, 1);
-    send_atomic_ack(qp, ctx, bth.psn, original);
+    answer_atomic(qp, ctx, bth.psn, original);
     Ok(())
 }
 
@@ -598,6 +602,7 @@ fn duplicate(qp: &mut Qp, ctx: &mut Ctx<'_>, bth: &bth::Repr, ext: &Extensions) 
                             rkey,
                             len,
                             offset,
+                            atomic: None,
                         })
                 }
                 Resource::Atomic { .. } => None,
@@ -620,7 +625,7 @@ fn duplicate(qp: &mut Qp, ctx: &mut Ctx<'_>, bth: &bth::Repr, ext: &Extensions) 
                 Some(original) => {
                     counters::bump(&ctx.counters.atomic_replays);
                     debug!(original, "duplicate atomic answered from the saved result");
-                    send_atomic_ack(qp, ctx, p, original);
+                    answer_atomic(qp, ctx, p, original);
                 }
                 None => trace!("duplicate atomic not remembered: dropped"),
             }
@@ -671,6 +676,23 @@ fn send_ack(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, syndrome: Syndrome) {
     trace!(psn = p, %syndrome, "ACK sent");
 }
 
+/// Sends an atomic's ACK now, or queues it behind the READ responses still to send.
+fn answer_atomic(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, original: u64) {
+    if qp.recv.replies.is_empty() {
+        send_atomic_ack(qp, ctx, p, original);
+        return;
+    }
+    trace!(psn = p, "atomic ACK held until the READ responses before it are sent");
+    qp.recv.replies.push_back(ReadReply {
+        first_psn: p,
+        va: 0,
+        rkey: 0,
+        len: 0,
+        offset: 0,
+        atomic: Some(original),
+    });
+}
+
 fn send_atomic_ack(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, original: u64) {
     answer(qp, ctx, p, Syndrome::ack(), Some(original));
     trace!(psn = p, original, "atomic ACK sent");
@@ -717,6 +739,13 @@ pub fn send_replies(qp: &mut Qp, ctx: &mut Ctx<'_>, budget: usize) -> usize {
         let Some(reply) = qp.recv.replies.front().copied() else {
             break;
         };
+        if let Some(original) = reply.atomic {
+            qp.recv.replies.pop_front();
+            send_atomic_ack(qp, ctx, reply.first_psn, original);
+            sent += 1;
+            flush_ack(qp, ctx);
+            continue;
+        }
         let Some(path) = qp.path else { break };
         let index = (reply.offset / mtu) as u32;
         let p = psn::add(reply.first_psn, index);

@@ -49,6 +49,8 @@ struct Slot {
     ends: bool,
     /// The original value the first atomic ACK for it carried.
     original: Option<u64>,
+    /// A READ or atomic request: answers seen for it.
+    answered: u32,
 }
 
 impl Slot {
@@ -117,6 +119,8 @@ pub struct Stream {
     pub started_late: bool,
     /// A NAK other than a sequence or RNR NAK ended the connection (the QP is in error).
     closed: bool,
+    /// When an answer last came for a PSN beyond a READ or atomic still unanswered.
+    implied_nak: Option<Duration>,
 }
 
 impl Stream {
@@ -141,6 +145,7 @@ impl Stream {
             holes: Vec::new(),
             started_late: false,
             closed: false,
+            implied_nak: None,
         }
     }
 
@@ -221,8 +226,14 @@ impl Stream {
         } else if self.slot(p).is_some() {
             self.resend(out, mtu, frame, time, opcode, p, payload, dma_len);
         } else if self.fill_hole(p) {
+            // Late, or sent again after a NAK for a packet the capture never saw.
+            if self.nak.is_some_and(|n| n.psn == p) {
+                self.resume_after_nak(out, frame, time, p);
+                self.burst_next = Some(psn::add(p, 1));
+            }
             self.counts.reordered += 1;
             let slot = self.new_slot(frame, time, opcode, p, payload, dma_len, mtu);
+            self.counts.messages += u64::from(slot.ends);
             self.put(p, Slot { epoch: u32::MAX, ..slot });
             self.check_neighbours(out, p);
         } else {
@@ -407,6 +418,7 @@ impl Stream {
             epoch: self.epoch,
             ends: opcode.position().is_end(),
             original: None,
+            answered: 0,
         }
     }
 
@@ -566,7 +578,11 @@ impl Stream {
                 what(opcode, if opcode.kind() == Kind::ReadRequest { dma_len.unwrap_or(0) } else { payload }),
             ));
         }
-        if !self.uc && self.burst_next != Some(p) {
+        if self.uc {
+        } else if self.nak.is_some_and(|n| psn::diff(p, n.psn) <= 0) {
+            // The go-back a NAK asked for (an older burst may still be in flight before it).
+            self.resume_after_nak(out, frame, time, p);
+        } else if self.burst_next != Some(p) {
             self.burst_start(out, frame, time, p, &original);
         }
         self.burst_next = Some(match original.read_first {
@@ -603,6 +619,34 @@ impl Stream {
 
     /// A resend that does not continue the one before: why did the requester go back?
     fn burst_start(&mut self, out: &mut Sink<'_>, frame: u64, time: Duration, p: u32, original: &Slot) {
+        if self.nak.is_some() {
+            self.resume_after_nak(out, frame, time, p);
+            return;
+        }
+        if original.acked.is_zero() || self.implied_nak.is_some_and(|t| t >= original.sent) {
+            // Unanswered: the timer, a tail probe; or an answer beyond a READ or atomic whose
+            // own answer had not come (an implied NAK), and the go-back it starts.
+            return;
+        }
+        let round_trip = original.acked.saturating_sub(original.sent);
+        let since = time.saturating_sub(original.acked);
+        if since < round_trip {
+            out.violation(Finding::new(
+                Rule::ResendCause,
+                [original.last_frame, frame],
+                format!(
+                    "no resend of PSN {p:#08x}: it was acknowledged {:.3} ms earlier, sooner than a lost answer could be noticed ({:.3} ms round trip)",
+                    ms(since),
+                    ms(round_trip)
+                ),
+                "sent again".to_string(),
+            ));
+        }
+    }
+
+    /// The first resend after a sequence or RNR NAK: from the NAK's PSN, and after an RNR NAK
+    /// not before its timer.
+    fn resume_after_nak(&mut self, out: &mut Sink<'_>, frame: u64, time: Duration, p: u32) {
         if let Some(nak) = self.nak.take() {
             if psn::diff(p, nak.psn) > 0 {
                 out.violation(Finding::new(
@@ -624,25 +668,6 @@ impl Stream {
                     ));
                 }
             }
-            return;
-        }
-        if original.acked.is_zero() {
-            // Unanswered: the timer, a tail probe, or an implied NAK.
-            return;
-        }
-        let round_trip = original.acked.saturating_sub(original.sent);
-        let since = time.saturating_sub(original.acked);
-        if since < round_trip {
-            out.violation(Finding::new(
-                Rule::ResendCause,
-                [original.last_frame, frame],
-                format!(
-                    "no resend of PSN {p:#08x}: it was acknowledged {:.3} ms earlier, sooner than a lost answer could be noticed ({:.3} ms round trip)",
-                    ms(since),
-                    ms(round_trip)
-                ),
-                "sent again".to_string(),
-            ));
         }
     }
 
@@ -703,6 +728,10 @@ impl Stream {
             }
             return;
         }
+        self.note_answered(kind, p);
+        if self.skips_unanswered(p) {
+            self.implied_nak = Some(time);
+        }
         self.acknowledge(rules::received_before(syndrome, p), time);
         match syndrome {
             Some(Syndrome::Nak(NakCode::PSN_SEQUENCE_ERROR)) => {
@@ -747,6 +776,34 @@ impl Stream {
         }
     }
 
+    /// Counts the first READ response (FIRST or ONLY) or an atomic ACK against its request.
+    fn note_answered(&mut self, kind: Kind, p: u32) {
+        let first = match self.slot(p) {
+            Some(s) if matches!(kind, Kind::ReadResponseFirst | Kind::ReadResponseOnly) => {
+                s.read_first
+            }
+            Some(s) if kind == Kind::AtomicAcknowledge && s.opcode().kind().is_atomic() => Some(p),
+            _ => None,
+        };
+        if let Some(s) = first.and_then(|f| self.slot_mut(f)) {
+            s.answered += 1;
+        }
+    }
+
+    /// Whether an answer for `p` passes a READ or atomic (after what was acknowledged) that has
+    /// had no answer yet.
+    fn skips_unanswered(&self, p: u32) -> bool {
+        let Some(from) = self.acked_before else { return false };
+        let n = psn::diff(p, from);
+        (0..n.clamp(0, SLOTS as i32 / 2) as u32).any(|i| {
+            let q = psn::add(from, i);
+            self.slot(q).is_some_and(|s| {
+                s.answered == 0
+                    && (s.read_first == Some(q) || s.opcode().kind().is_atomic())
+            })
+        })
+    }
+
     fn acknowledge(&mut self, before: u32, time: Duration) {
         let from = match self.acked_before {
             Some(a) if psn::diff(before, a) <= 0 => return,
@@ -756,7 +813,9 @@ impl Stream {
         let n = (psn::diff(before, from).max(0) as u32).min(SLOTS as u32);
         for i in 0..n {
             if let Some(s) = self.slot_mut(psn::add(from, i)) {
-                if s.acked.is_zero() {
+                // A READ is answered by its responses, each of which may be lost: sending it
+                // again is always the answer to a response missing.
+                if s.acked.is_zero() && s.read_first.is_none() {
                     s.acked = time.max(Duration::from_nanos(1));
                 }
             }
