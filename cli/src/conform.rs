@@ -187,6 +187,12 @@ fn render_conversation(text: &mut String, c: &Conversation) {
             ""
         }
     );
+    if !c.order_judged {
+        let _ = writeln!(
+            text,
+            "  the network reordered packets: resend-cause, nak-go-back and ack-coverage not judged"
+        );
+    }
     for (i, d) in c.directions.iter().enumerate() {
         if d.packets == 0 && d.acks + d.read_responses + d.atomic_acks + d.rnr_naks == 0 {
             continue;
@@ -236,6 +242,7 @@ fn to_json(name: &str, report: &Report, allowed: &[Rule]) -> Value {
             "path_mtu": c.path_mtu,
             "mtu_source": c.mtu_source,
             "started_late": c.started_late,
+            "order_judged": c.order_judged,
             "directions": [counts_json(&c.directions[0]), counts_json(&c.directions[1])],
             "cnps": c.cnps,
             "ecn_ce": c.ecn_ce,

@@ -64,9 +64,18 @@ struct ReadReply {
     len: u64,
     /// Next byte to send.
     offset: u64,
-    /// Not READ data but an atomic's ACK, with the original value it returns: answers go out in
-    /// PSN order (IBTA 9.5), so an atomic's ACK waits behind the READ responses before it.
-    atomic: Option<u64>,
+    /// Not READ data but an answer held behind the READ responses before it, since answers go
+    /// out in PSN order (IBTA 9.5).
+    held: Option<Held>,
+}
+
+/// An answer waiting for the READ responses before it.
+#[derive(Debug, Clone, Copy)]
+enum Held {
+    /// An atomic's ACK, with the original value it returns.
+    AtomicAck(u64),
+    /// A sequence or RNR NAK.
+    Nak(Syndrome),
 }
 
 /// Receive-side state of a QP.
@@ -155,7 +164,8 @@ pub fn on_request(qp: &mut Qp, ctx: &mut Ctx<'_>, frame: &Frame<'_>) {
                     "packet ahead of the expected PSN: sequence NAK"
                 );
                 let epsn = qp.recv.epsn;
-                send_nak(qp, ctx, epsn, NakCode::PSN_SEQUENCE_ERROR);
+                counters::bump(&ctx.counters.naks_sent_psn_sequence);
+                answer_nak(qp, ctx, epsn, Syndrome::Nak(NakCode::PSN_SEQUENCE_ERROR));
             }
             return;
         }
@@ -229,7 +239,7 @@ fn refuse(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, refusal: Refuse) {
                 psn = p,
                 "SEND with no receive posted: RNR NAK"
             );
-            send_ack(qp, ctx, p, Syndrome::RnrNak { timer });
+            answer_nak(qp, ctx, p, Syndrome::RnrNak { timer });
         }
         (_, _) => {
             // UC: no answers; the message is lost.
@@ -512,7 +522,7 @@ fn receive_read(
         rkey: reth.r_key,
         len,
         offset: 0,
-        atomic: None,
+        held: None,
     });
     Ok(npkts)
 }
@@ -602,7 +612,7 @@ fn duplicate(qp: &mut Qp, ctx: &mut Ctx<'_>, bth: &bth::Repr, ext: &Extensions) 
                             rkey,
                             len,
                             offset,
-                            atomic: None,
+                            held: None,
                         })
                 }
                 Resource::Atomic { .. } => None,
@@ -676,21 +686,36 @@ fn send_ack(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, syndrome: Syndrome) {
     trace!(psn = p, %syndrome, "ACK sent");
 }
 
-/// Sends an atomic's ACK now, or queues it behind the READ responses still to send.
+/// Sends an atomic's ACK now, or holds it behind the READ responses still to send.
 fn answer_atomic(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, original: u64) {
-    if qp.recv.replies.is_empty() {
+    if !hold(qp, p, Held::AtomicAck(original)) {
         send_atomic_ack(qp, ctx, p, original);
-        return;
     }
-    trace!(psn = p, "atomic ACK held until the READ responses before it are sent");
+}
+
+/// Sends a sequence or RNR NAK now, or holds it behind the READ responses still to send: a NAK
+/// ahead of them would tell the requester they were lost.
+fn answer_nak(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, syndrome: Syndrome) {
+    if !hold(qp, p, Held::Nak(syndrome)) {
+        send_ack(qp, ctx, p, syndrome);
+    }
+}
+
+/// Queues an answer for PSN `p` behind the READ responses still to send; false when none are.
+fn hold(qp: &mut Qp, p: u32, held: Held) -> bool {
+    if qp.recv.replies.is_empty() {
+        return false;
+    }
+    trace!(psn = p, "answer held until the READ responses before it are sent");
     qp.recv.replies.push_back(ReadReply {
         first_psn: p,
         va: 0,
         rkey: 0,
         len: 0,
         offset: 0,
-        atomic: Some(original),
+        held: Some(held),
     });
+    true
 }
 
 fn send_atomic_ack(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, original: u64) {
@@ -739,9 +764,12 @@ pub fn send_replies(qp: &mut Qp, ctx: &mut Ctx<'_>, budget: usize) -> usize {
         let Some(reply) = qp.recv.replies.front().copied() else {
             break;
         };
-        if let Some(original) = reply.atomic {
+        if let Some(held) = reply.held {
             qp.recv.replies.pop_front();
-            send_atomic_ack(qp, ctx, reply.first_psn, original);
+            match held {
+                Held::AtomicAck(original) => send_atomic_ack(qp, ctx, reply.first_psn, original),
+                Held::Nak(syndrome) => send_ack(qp, ctx, reply.first_psn, syndrome),
+            }
             sent += 1;
             flush_ack(qp, ctx);
             continue;

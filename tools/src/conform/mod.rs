@@ -82,6 +82,10 @@ pub struct Conversation {
     pub directions: [Counts; 2],
     /// Answers to requests from before the capture started.
     pub started_late: bool,
+    /// Whether the rules that depend on the order of both directions (resend-cause,
+    /// nak-go-back, ack-coverage) were judged: not where the capture shows the network
+    /// reordering packets, which the IBTA assumes it does not.
+    pub order_judged: bool,
     pub cnps: u64,
     pub ecn_ce: u64,
 }
@@ -638,8 +642,9 @@ impl Checker {
                 violations: &mut self.violations,
                 missing: &mut self.missing,
             };
+            let judge_order = !state.streams.iter().any(Stream::reordered);
             for stream in &mut state.streams {
-                stream.finish(&mut out);
+                stream.finish(&mut out, judge_order);
             }
             conversations.push(Conversation {
                 number: i + 1,
@@ -655,6 +660,7 @@ impl Checker {
                 mtu_source: state.mtu.source,
                 directions: [state.streams[0].counts, state.streams[1].counts],
                 started_late: state.streams.iter().any(|s| s.started_late),
+                order_judged: judge_order,
                 cnps: state.cnps,
                 ecn_ce: state.ecn_ce,
             });

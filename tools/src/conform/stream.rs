@@ -103,7 +103,8 @@ pub struct Stream {
     slots: Vec<Slot>,
     msgs: u32,
     epoch: u32,
-    msn_base: Option<u32>,
+    /// The MSN's possible starting points (a range, modulo 2^24).
+    msn_base: Option<(u32, u32)>,
     /// A READ whose answer's PSNs wait for the path MTU to be known.
     read_unsized: Option<u32>,
     /// One past the highest PSN an answer acknowledged.
@@ -114,13 +115,23 @@ pub struct Stream {
     /// The next PSN of a resend burst under way.
     burst_next: Option<u32>,
     ahead: Vec<(u32, u64)>,
-    holes: Vec<(u32, u32)>,
+    /// PSNs skipped by fresh requests, and the retransmissions counted when they were.
+    holes: Vec<(u32, u32, u64)>,
     /// Answers to PSNs before the first request seen: the capture started late.
     pub started_late: bool,
     /// A NAK other than a sequence or RNR NAK ended the connection (the QP is in error).
     closed: bool,
     /// When an answer last came for a PSN beyond a READ or atomic still unanswered.
     implied_nak: Option<Duration>,
+    /// Go-backs that started after the NAK's PSN: (NAK's PSN, NAK frame, resend frame, PSN).
+    skipped: Vec<(u32, u64, u64, u32)>,
+    /// Findings of the rules that depend on the order of both directions, judged at the end.
+    deferred: Vec<Finding>,
+    /// A NAK came after answers beyond its PSN, or an answer after later ones that nothing
+    /// asked for again: the network reordered packets.
+    reorder_seen: bool,
+    /// The highest PSN answered, and the frame of that answer.
+    answer_high: Option<(u32, u64)>,
 }
 
 impl Stream {
@@ -146,6 +157,10 @@ impl Stream {
             started_late: false,
             closed: false,
             implied_nak: None,
+            skipped: Vec::new(),
+            deferred: Vec::new(),
+            reorder_seen: false,
+            answer_high: None,
         }
     }
 
@@ -189,6 +204,7 @@ impl Stream {
         if self.naked.is_some_and(|(q, _)| q == p) {
             self.naked = None;
         }
+        self.skipped.retain(|&(q, ..)| q != p);
         let kind = opcode.kind();
         if let Some(len) = dma_len.filter(|&l| l > rules::MAX_DMA_LEN) {
             out.violation(Finding::new(
@@ -225,16 +241,38 @@ impl Stream {
             ));
         } else if self.slot(p).is_some() {
             self.resend(out, mtu, frame, time, opcode, p, payload, dma_len);
-        } else if self.fill_hole(p) {
-            // Late, or sent again after a NAK for a packet the capture never saw.
+        } else if let Some(resent_since) = self.fill_hole(p, 1) {
+            // Sent again after a NAK (or in the go-back that followed) for a packet the
+            // capture never saw; else a late packet, which the network reordered.
+            let slot = Slot {
+                epoch: u32::MAX,
+                ..self.new_slot(frame, time, opcode, p, payload, dma_len, mtu)
+            };
+            let span = match (kind, mtu.bytes()) {
+                (Kind::ReadRequest, Some(m)) => rules::packets(u64::from(slot.len), m),
+                _ => 1,
+            };
+            let after = psn::add(p, span);
             if self.nak.is_some_and(|n| n.psn == p) {
                 self.resume_after_nak(out, frame, time, p);
-                self.burst_next = Some(psn::add(p, 1));
+                self.burst_next = Some(after);
+                self.counts.retransmitted += 1;
+            } else if self.burst_next == Some(p) {
+                self.burst_next = Some(after);
+                self.counts.retransmitted += 1;
+            } else if resent_since {
+                // The requester went back since the packet went missing: its copy before
+                // this one was lost too.
+                self.counts.retransmitted += 1;
+            } else {
+                self.counts.reordered += 1;
             }
-            self.counts.reordered += 1;
-            let slot = self.new_slot(frame, time, opcode, p, payload, dma_len, mtu);
             self.counts.messages += u64::from(slot.ends);
-            self.put(p, Slot { epoch: u32::MAX, ..slot });
+            self.put(p, slot);
+            if span > 1 {
+                self.fill_hole(psn::add(p, 1), span - 1);
+                self.reserve_read(p, span, slot);
+            }
             self.check_neighbours(out, p);
         } else {
             // Sent again, but its first sending is not in the capture (or long forgotten).
@@ -356,7 +394,7 @@ impl Stream {
         if self.holes.len() == HOLES {
             self.holes.remove(0);
         }
-        self.holes.push((self.high, p));
+        self.holes.push((self.high, p, self.counts.retransmitted));
         // What was under way, and how many messages ended, is unknown from here.
         self.epoch += 1;
         self.msn_base = None;
@@ -369,25 +407,27 @@ impl Stream {
         self.ahead.retain(|(q, _)| *q != u32::MAX);
     }
 
-    fn fill_hole(&mut self, p: u32) -> bool {
-        let Some(i) = self
+    /// Takes PSNs `p` to `p + n` out of the holes. `None` when `p` was in none, else whether
+    /// anything was sent again since its hole appeared.
+    fn fill_hole(&mut self, p: u32, n: u32) -> Option<bool> {
+        let i = self
             .holes
             .iter()
-            .position(|&(a, b)| psn::diff(p, a) >= 0 && psn::diff(p, b) < 0)
-        else {
-            return false;
-        };
-        self.counts.missing = self.counts.missing.saturating_sub(1);
-        let (a, b) = self.holes[i];
-        if psn::add(p, 1) == b {
-            self.holes[i].1 = p;
-        } else if p == a {
-            self.holes[i].0 = psn::add(p, 1);
+            .position(|&(a, b, _)| psn::diff(p, a) >= 0 && psn::diff(p, b) < 0)?;
+        let (a, b, resent) = self.holes[i];
+        let end = if psn::diff(psn::add(p, n), b) < 0 { psn::add(p, n) } else { b };
+        self.counts.missing = self
+            .counts
+            .missing
+            .saturating_sub(psn::diff(end, p).max(0) as u64);
+        self.holes.remove(i);
+        if p != a {
+            self.holes.push((a, p, resent));
         }
-        if self.holes[i].0 == self.holes[i].1 {
-            self.holes.remove(i);
+        if end != b {
+            self.holes.push((end, b, resent));
         }
-        true
+        Some(self.counts.retransmitted > resent)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -434,7 +474,10 @@ impl Stream {
         payload: u32,
         dma_len: Option<u32>,
     ) {
-        self.burst_next = None;
+        if self.burst_next.is_some_and(|next| psn::diff(p, next) >= 0) {
+            // The go-back has caught up with the new requests.
+            self.burst_next = None;
+        }
         let slot = self.new_slot(frame, time, opcode, p, payload, dma_len, mtu);
         self.put(p, slot);
         self.high = psn::add(p, 1);
@@ -582,7 +625,9 @@ impl Stream {
         } else if self.nak.is_some_and(|n| psn::diff(p, n.psn) <= 0) {
             // The go-back a NAK asked for (an older burst may still be in flight before it).
             self.resume_after_nak(out, frame, time, p);
-        } else if self.burst_next != Some(p) {
+        } else if self.burst_next.is_none_or(|next| psn::diff(p, next) < 0) {
+            // Going back again. Further ahead is the same go-back, some of whose packets were
+            // lost before the capture point.
             self.burst_start(out, frame, time, p, &original);
         }
         self.burst_next = Some(match original.read_first {
@@ -630,8 +675,9 @@ impl Stream {
         }
         let round_trip = original.acked.saturating_sub(original.sent);
         let since = time.saturating_sub(original.acked);
-        if since < round_trip {
-            out.violation(Finding::new(
+        if since < round_trip && self.deferred.len() < AHEAD {
+            let _ = &out;
+            self.deferred.push(Finding::new(
                 Rule::ResendCause,
                 [original.last_frame, frame],
                 format!(
@@ -648,13 +694,9 @@ impl Stream {
     /// not before its timer.
     fn resume_after_nak(&mut self, out: &mut Sink<'_>, frame: u64, time: Duration, p: u32) {
         if let Some(nak) = self.nak.take() {
-            if psn::diff(p, nak.psn) > 0 {
-                out.violation(Finding::new(
-                    Rule::NakGoBack,
-                    [nak.frame, frame],
-                    format!("a resend from PSN {:#08x}, the NAK's", nak.psn),
-                    format!("a resend from PSN {p:#08x}"),
-                ));
+            if psn::diff(p, nak.psn) > 0 && self.skipped.len() < AHEAD {
+                // Unless the NAK's PSN turns up later: the network reordered the resends.
+                self.skipped.push((nak.psn, nak.frame, frame, p));
             }
             if let Some((at, wait)) = nak.rnr {
                 self.counts.rnr_waits += 1;
@@ -728,12 +770,19 @@ impl Stream {
             }
             return;
         }
+        self.note_order(p, frame);
         self.note_answered(kind, p);
         if self.skips_unanswered(p) {
             self.implied_nak = Some(time);
         }
+        // A NAK for a PSN already answered comes late (reordered on the way): the requester
+        // has moved on and ignores it, and so does the observer.
+        let stale = self.acked_before.is_some_and(|a| psn::diff(p, a) < 0);
         self.acknowledge(rules::received_before(syndrome, p), time);
         match syndrome {
+            Some(Syndrome::Nak(NakCode::PSN_SEQUENCE_ERROR) | Syndrome::RnrNak { .. }) if stale => {
+                self.reorder_seen = true;
+            }
             Some(Syndrome::Nak(NakCode::PSN_SEQUENCE_ERROR)) => {
                 self.nak = Some(PendingNak {
                     psn: p,
@@ -751,9 +800,12 @@ impl Stream {
                 });
             }
             Some(Syndrome::Ack { .. }) if kind == Kind::Acknowledge => {
+                // A go-back that skipped the NAK's PSN had nothing to resend if the responder
+                // got that PSN anyway.
+                self.skipped.retain(|&(q, ..)| psn::diff(p, q) < 0);
                 if let Some((q, nak_frame)) = self.naked {
-                    if psn::diff(p, q) >= 0 {
-                        out.violation(Finding::new(
+                    if psn::diff(p, q) >= 0 && self.deferred.len() < AHEAD {
+                        self.deferred.push(Finding::new(
                             Rule::AckCoverage,
                             [nak_frame, frame],
                             format!("no ACK beyond PSN {q:#08x} before the requester sends it again"),
@@ -773,6 +825,22 @@ impl Stream {
         }
         if let Some(msn) = msn {
             self.check_msn(out, frame, kind, p, syndrome, msn);
+        }
+    }
+
+    /// An answer for an earlier PSN than one answered before, with no request sent again since
+    /// that could have asked for it: the network reordered the answers, or the requests.
+    fn note_order(&mut self, p: u32, frame: u64) {
+        let asked = self
+            .slot(p)
+            .map(|s| s.read_first.and_then(|f| self.slot(f)).unwrap_or(s).last_frame);
+        match self.answer_high {
+            Some((h, h_frame)) if psn::diff(p, h) < 0 => {
+                if asked.is_some_and(|asked| asked < h_frame) {
+                    self.reorder_seen = true;
+                }
+            }
+            _ => self.answer_high = Some((p, frame)),
         }
     }
 
@@ -897,8 +965,11 @@ impl Stream {
     }
 
     /// The MSN of an answer for `p` counts at least the messages through `p` (before it, for a
-    /// NAK), and at most every message sent so far: an answer to a duplicate carries the
-    /// responder's count at the time it answers.
+    /// NAK), and at most every message sent so far: a responder may answer with the count it
+    /// has when the answer leaves (READ responses queued behind later requests, answers to
+    /// duplicates). Where the count started is unknown (the capture may start late), so each
+    /// answer narrows the range of starts it allows; an answer outside every start left breaks
+    /// the rule.
     fn check_msn(&mut self, out: &mut Sink<'_>, frame: u64, kind: Kind, p: u32, syndrome: Option<Syndrome>, msn: u32) {
         let counts_p = !matches!(syndrome, Some(Syndrome::Nak(_)) | Some(Syndrome::RnrNak { .. }));
         let least = match self.slot(p) {
@@ -907,27 +978,65 @@ impl Stream {
             }
             _ => return,
         };
-        let base = *self.msn_base.get_or_insert(msn.wrapping_sub(least) & psn::MASK);
-        let counted = msn.wrapping_sub(base) & psn::MASK;
         let most = self.msgs;
-        if counted.wrapping_sub(least) & psn::MASK > most.wrapping_sub(least) & psn::MASK {
-            out.violation(Finding::new(
-                Rule::Msn,
-                [frame],
-                format!(
-                    "MSN {:#08x} to {:#08x}: at least one per message completed through PSN {p:#08x}, at most one per message sent",
-                    psn::add(base, least),
-                    psn::add(base, most)
-                ),
-                format!("MSN {msn:#08x}"),
-            ));
-            // One report per drift, not one per answer.
-            self.msn_base = Some(msn.wrapping_sub(least) & psn::MASK);
+        let allowed = (
+            msn.wrapping_sub(most) & psn::MASK,
+            msn.wrapping_sub(least) & psn::MASK,
+        );
+        let Some((lo, hi)) = self.msn_base else {
+            self.msn_base = Some(allowed);
+            return;
+        };
+        let lo2 = if psn::diff(allowed.0, lo) > 0 { allowed.0 } else { lo };
+        let hi2 = if psn::diff(allowed.1, hi) < 0 { allowed.1 } else { hi };
+        if psn::diff(hi2, lo2) >= 0 {
+            self.msn_base = Some((lo2, hi2));
+            return;
         }
+        out.violation(Finding::new(
+            Rule::Msn,
+            [frame],
+            format!(
+                "MSN {:#08x} to {:#08x}: at least one per message completed through PSN {p:#08x}, at most one per message sent",
+                psn::add(lo, least),
+                psn::add(hi, most)
+            ),
+            format!("MSN {msn:#08x}"),
+        ));
+        // One report per drift, not one per answer.
+        self.msn_base = Some(allowed);
     }
 
-    /// At the end of the capture: answers for PSNs that were never sent.
-    pub fn finish(&mut self, out: &mut Sink<'_>) {
+    /// Whether the capture shows this direction's packets reordered on the way: a request
+    /// that came after later ones, a NAK after the answers beyond it.
+    pub fn reordered(&self) -> bool {
+        self.reorder_seen || self.counts.reordered > 0
+    }
+
+    /// At the end of the capture: answers for PSNs that were never sent, and the findings that
+    /// depend on the order of the two directions — judged only where the network kept order
+    /// (`judge_order`), as the IBTA assumes of it.
+    pub fn finish(&mut self, out: &mut Sink<'_>, judge_order: bool) {
+        let deferred = std::mem::take(&mut self.deferred);
+        let skipped = std::mem::take(&mut self.skipped);
+        if !judge_order {
+            return self.finish_answers(out);
+        }
+        for f in deferred {
+            out.violation(f);
+        }
+        for (q, nak_frame, frame, p) in skipped {
+            out.violation(Finding::new(
+                Rule::NakGoBack,
+                [nak_frame, frame],
+                format!("a resend from PSN {q:#08x}, the NAK's"),
+                format!("a resend from PSN {p:#08x}, and PSN {q:#08x} never sent again"),
+            ));
+        }
+        self.finish_answers(out);
+    }
+
+    fn finish_answers(&mut self, out: &mut Sink<'_>) {
         for (q, frame) in self.ahead.drain(..) {
             out.violation(Finding::new(
                 Rule::AnswerUnsent,
