@@ -59,6 +59,17 @@ impl Slot {
     }
 }
 
+/// PSNs `from` to `to` (exclusive) that fresh requests skipped: not in the capture so far.
+#[derive(Debug, Clone, Copy)]
+struct Hole {
+    from: u32,
+    to: u32,
+    /// Retransmissions counted when the PSNs went missing.
+    resent: u64,
+    /// The frame that skipped them.
+    before_frame: u64,
+}
+
 /// A sequence or RNR NAK whose resend has not been seen yet.
 #[derive(Debug, Clone, Copy)]
 struct PendingNak {
@@ -115,8 +126,7 @@ pub struct Stream {
     /// The next PSN of a resend burst under way.
     burst_next: Option<u32>,
     ahead: Vec<(u32, u64)>,
-    /// PSNs skipped by fresh requests, and the retransmissions counted when they were.
-    holes: Vec<(u32, u32, u64)>,
+    holes: Vec<Hole>,
     /// Answers to PSNs before the first request seen: the capture started late.
     pub started_late: bool,
     /// A NAK other than a sequence or RNR NAK ended the connection (the QP is in error).
@@ -130,8 +140,9 @@ pub struct Stream {
     /// A NAK came after answers beyond its PSN, or an answer after later ones that nothing
     /// asked for again: the network reordered packets.
     reorder_seen: bool,
-    /// The highest PSN answered, and the frame of that answer.
-    answer_high: Option<(u32, u64)>,
+    /// The highest PSN answered, and the lowest PSN sent again since.
+    answer_high: Option<u32>,
+    low_resend: Option<u32>,
 }
 
 impl Stream {
@@ -161,6 +172,7 @@ impl Stream {
             deferred: Vec::new(),
             reorder_seen: false,
             answer_high: None,
+            low_resend: None,
         }
     }
 
@@ -257,10 +269,13 @@ impl Stream {
                 self.resume_after_nak(out, frame, time, p);
                 self.burst_next = Some(after);
                 self.counts.retransmitted += 1;
+                self.note_resend(p);
             } else if self.burst_next == Some(p) {
                 self.burst_next = Some(after);
                 self.counts.retransmitted += 1;
+                self.note_resend(p);
             } else if resent_since {
+                self.note_resend(p);
                 // The requester went back since the packet went missing: its copy before
                 // this one was lost too.
                 self.counts.retransmitted += 1;
@@ -384,17 +399,16 @@ impl Stream {
     /// Fresh requests skipped PSNs from `high` to `p`.
     fn gap(&mut self, out: &mut Sink<'_>, frame: u64, p: u32, n: u32) {
         self.counts.missing += u64::from(n);
-        let evidence = "not in the capture (lost before the capture point, or dropped by it)";
-        out.missing(Missing {
-            from_psn: self.high,
-            count: n,
-            before_frame: frame,
-            evidence,
-        });
         if self.holes.len() == HOLES {
-            self.holes.remove(0);
+            let oldest = self.holes.remove(0);
+            self.report_hole(out, oldest);
         }
-        self.holes.push((self.high, p, self.counts.retransmitted));
+        self.holes.push(Hole {
+            from: self.high,
+            to: p,
+            resent: self.counts.retransmitted,
+            before_frame: frame,
+        });
         // What was under way, and how many messages ended, is unknown from here.
         self.epoch += 1;
         self.msn_base = None;
@@ -413,21 +427,41 @@ impl Stream {
         let i = self
             .holes
             .iter()
-            .position(|&(a, b, _)| psn::diff(p, a) >= 0 && psn::diff(p, b) < 0)?;
-        let (a, b, resent) = self.holes[i];
-        let end = if psn::diff(psn::add(p, n), b) < 0 { psn::add(p, n) } else { b };
+            .position(|h| psn::diff(p, h.from) >= 0 && psn::diff(p, h.to) < 0)?;
+        let hole = self.holes.remove(i);
+        let end = if psn::diff(psn::add(p, n), hole.to) < 0 {
+            psn::add(p, n)
+        } else {
+            hole.to
+        };
         self.counts.missing = self
             .counts
             .missing
             .saturating_sub(psn::diff(end, p).max(0) as u64);
-        self.holes.remove(i);
-        if p != a {
-            self.holes.push((a, p, resent));
+        if p != hole.from {
+            self.holes.push(Hole { to: p, ..hole });
         }
-        if end != b {
-            self.holes.push((end, b, resent));
+        if end != hole.to {
+            self.holes.push(Hole { from: end, ..hole });
         }
-        Some(self.counts.retransmitted > resent)
+        Some(self.counts.retransmitted > hole.resent)
+    }
+
+    /// PSNs never seen: what the responder's answers say about them.
+    fn report_hole(&self, out: &mut Sink<'_>, hole: Hole) {
+        let acknowledged = self
+            .acked_before
+            .is_some_and(|a| psn::diff(a, hole.to) >= 0);
+        out.missing(Missing {
+            from_psn: hole.from,
+            count: psn::diff(hole.to, hole.from).max(0) as u32,
+            before_frame: hole.before_frame,
+            evidence: if acknowledged {
+                "the responder acknowledged them: the capture dropped them"
+            } else {
+                "never seen, never acknowledged: lost before the capture point, or dropped by it"
+            },
+        });
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -591,6 +625,7 @@ impl Stream {
         dma_len: Option<u32>,
     ) {
         self.counts.retransmitted += 1;
+        self.note_resend(p);
         let Some(original) = self.slot(p).copied() else { return };
         if self.uc {
             out.violation(Finding::new(
@@ -649,6 +684,12 @@ impl Stream {
             s.sent = time;
         }
         self.check_neighbours(out, p);
+    }
+
+    fn note_resend(&mut self, p: u32) {
+        if self.low_resend.is_none_or(|q| psn::diff(p, q) < 0) {
+            self.low_resend = Some(p);
+        }
     }
 
     fn read_span(&self, first: u32) -> u32 {
@@ -770,7 +811,7 @@ impl Stream {
             }
             return;
         }
-        self.note_order(p, frame);
+        self.note_order(p);
         self.note_answered(kind, p);
         if self.skips_unanswered(p) {
             self.implied_nak = Some(time);
@@ -828,19 +869,20 @@ impl Stream {
         }
     }
 
-    /// An answer for an earlier PSN than one answered before, with no request sent again since
-    /// that could have asked for it: the network reordered the answers, or the requests.
-    fn note_order(&mut self, p: u32, frame: u64) {
-        let asked = self
-            .slot(p)
-            .map(|s| s.read_first.and_then(|f| self.slot(f)).unwrap_or(s).last_frame);
+    /// An answer for an earlier PSN than one answered before, with no request at or before it
+    /// sent again since (whose answer it could be: a duplicate is answered for the last PSN
+    /// executed): the network reordered the answers, or the requests.
+    fn note_order(&mut self, p: u32) {
         match self.answer_high {
-            Some((h, h_frame)) if psn::diff(p, h) < 0 => {
-                if asked.is_some_and(|asked| asked < h_frame) {
+            Some(h) if psn::diff(p, h) < 0 => {
+                if self.low_resend.is_none_or(|q| psn::diff(q, p) > 0) {
                     self.reorder_seen = true;
                 }
             }
-            _ => self.answer_high = Some((p, frame)),
+            _ => {
+                self.answer_high = Some(p);
+                self.low_resend = None;
+            }
         }
     }
 
@@ -1037,6 +1079,9 @@ impl Stream {
     }
 
     fn finish_answers(&mut self, out: &mut Sink<'_>) {
+        for hole in std::mem::take(&mut self.holes) {
+            self.report_hole(out, hole);
+        }
         for (q, frame) in self.ahead.drain(..) {
             out.violation(Finding::new(
                 Rule::AnswerUnsent,
