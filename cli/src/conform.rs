@@ -17,6 +17,7 @@ Examples:
   roce conform capture.pcap                      a summary per conversation, each broken rule
   roce conform --json capture.pcap | jq .        the same as one JSON object per capture
   roce conform --allow resend-cause rxe.pcap     accept a documented deviation
+  roce conform --reordering faults.pcap          the network reorders: skip the order rules
   roce conform --rules                           list the rules with their citations
 
 Exit codes: 0 every rule held (or was allowed), 1 a rule was broken, 2 bad usage or input.";
@@ -29,6 +30,11 @@ pub struct Args {
     /// Accept a broken rule (its identifier, see --rules); repeat or separate with commas.
     #[arg(long, value_name = "RULE", value_delimiter = ',', value_parser = parse_rule)]
     allow: Vec<Rule>,
+    /// The network may reorder packets (fault injection, several paths): do not judge the
+    /// rules that depend on the order of the two directions (resend-cause, nak-go-back,
+    /// ack-coverage). They are not judged either where a capture shows reordering.
+    #[arg(long)]
+    reordering: bool,
     /// List the rules, their identifiers and citations, and exit.
     #[arg(long, conflicts_with_all = ["json", "allow"])]
     rules: bool,
@@ -47,7 +53,12 @@ fn parse_rule(text: &str) -> Result<Rule, String> {
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
     if args.rules {
         for rule in Rule::ALL {
-            out!("{:<18} {} [{}]", rule.id(), rule.statement(), rule.citation())?;
+            out!(
+                "{:<18} {} [{}]",
+                rule.id(),
+                rule.statement(),
+                rule.citation()
+            )?;
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -56,7 +67,14 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     for path in &args.files {
         let name = path.display().to_string();
         let report = capture::open(path)
-            .and_then(conform::check)
+            .and_then(|reader| {
+                conform::check_with(
+                    reader,
+                    conform::Options {
+                        reordering: args.reordering,
+                    },
+                )
+            })
             .map_err(|e| capture_failure(&name, e))?;
         broken |= report.broken(&args.allow).next().is_some();
         if args.json {
@@ -159,7 +177,11 @@ fn render(text: &mut String, report: &Report, allowed: &[Rule]) {
         report.bad_icrc,
         report.malformed,
         report.conversations.len(),
-        if report.conversations.len() == 1 { "" } else { "s" },
+        if report.conversations.len() == 1 {
+            ""
+        } else {
+            "s"
+        },
         match (broken, accepted) {
             (0, 0) => "conformant".to_string(),
             (0, a) => format!("conformant, {a} allowed violation(s)"),

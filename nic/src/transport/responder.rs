@@ -706,7 +706,10 @@ fn hold(qp: &mut Qp, p: u32, held: Held) -> bool {
     if qp.recv.replies.is_empty() {
         return false;
     }
-    trace!(psn = p, "answer held until the READ responses before it are sent");
+    trace!(
+        psn = p,
+        "answer held until the READ responses before it are sent"
+    );
     qp.recv.replies.push_back(ReadReply {
         first_psn: p,
         va: 0,

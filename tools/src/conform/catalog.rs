@@ -122,7 +122,9 @@ impl Rule {
     pub const fn citation(self) -> &'static str {
         match self {
             Rule::OpcodeSequence => "IBTA 9.4 (message packets), 9.7.5.1.3 (opcode sequence check)",
-            Rule::PayloadMtu | Rule::PathMtu => "IBTA 9.4 (packet payload sizes), 9.7.5.1.4 (length check)",
+            Rule::PayloadMtu | Rule::PathMtu => {
+                "IBTA 9.4 (packet payload sizes), 9.7.5.1.4 (length check)"
+            }
             Rule::WriteLength => "IBTA 9.4.3 (RDMA WRITE: DMA length), 9.7.5.1.4",
             Rule::DmaLength => "IBTA C9-94",
             Rule::ReadPsnSpan => "IBTA 9.7.1 (PSNs: a READ takes one per response packet)",

@@ -113,9 +113,26 @@ impl Report {
     }
 }
 
+/// What the checker is told about the capture.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Options {
+    /// The network may reorder packets (a fault injector, several paths): the rules that
+    /// depend on the order of the two directions are not judged, as the IBTA assumes a network
+    /// that keeps order. Where a capture shows reordering itself, they are not judged either.
+    pub reordering: bool,
+}
+
 /// Reads a whole capture and judges it.
-pub fn check<R: std::io::Read>(mut reader: Reader<R>) -> Result<Report, CaptureError> {
-    let mut checker = Checker::default();
+pub fn check<R: std::io::Read>(reader: Reader<R>) -> Result<Report, CaptureError> {
+    check_with(reader, Options::default())
+}
+
+/// Reads a whole capture and judges it, told `options`.
+pub fn check_with<R: std::io::Read>(
+    mut reader: Reader<R>,
+    options: Options,
+) -> Result<Report, CaptureError> {
+    let mut checker = Checker::new(options);
     while let Some(record) = reader.next_record() {
         let record = record?;
         checker.frames += 1;
@@ -278,6 +295,7 @@ struct State {
 /// The observer: feed it every frame of a capture in order, then [`Checker::finish`].
 #[derive(Default)]
 pub struct Checker {
+    options: Options,
     frames: u64,
     roce: u64,
     not_roce: u64,
@@ -295,8 +313,12 @@ pub struct Checker {
 fn addresses(network: &NetworkRepr) -> ([u8; 16], [u8; 16], bool) {
     match *network {
         NetworkRepr::Ipv4 { src, dst, ecn, .. } => (
-            std::net::Ipv4Addr::from(src.octets()).to_ipv6_mapped().octets(),
-            std::net::Ipv4Addr::from(dst.octets()).to_ipv6_mapped().octets(),
+            std::net::Ipv4Addr::from(src.octets())
+                .to_ipv6_mapped()
+                .octets(),
+            std::net::Ipv4Addr::from(dst.octets())
+                .to_ipv6_mapped()
+                .octets(),
             ecn == 3,
         ),
         NetworkRepr::Ipv6 {
@@ -337,8 +359,11 @@ fn mtu_of_code(code: u8) -> Option<u32> {
 }
 
 impl Checker {
-    pub fn new() -> Checker {
-        Checker::default()
+    pub fn new(options: Options) -> Checker {
+        Checker {
+            options,
+            ..Checker::default()
+        }
     }
 
     /// One RoCE frame of the capture.
@@ -406,7 +431,11 @@ impl Checker {
         }
     }
 
-    fn new_conversation(&mut self, transport: Option<Transport>, ends: [([u8; 16], Option<u32>); 2]) -> usize {
+    fn new_conversation(
+        &mut self,
+        transport: Option<Transport>,
+        ends: [([u8; 16], Option<u32>); 2],
+    ) -> usize {
         let uc = transport == Some(Transport::Uc);
         self.conversations.push(State {
             transport,
@@ -471,7 +500,12 @@ impl Checker {
 
     /// The conversation whose other flow this one is: the CM's word, else the same UDP
     /// source port, else the only candidate.
-    fn pair(&mut self, key: FlowKey, transport: Option<Transport>, port: Option<u16>) -> Option<Flow> {
+    fn pair(
+        &mut self,
+        key: FlowKey,
+        transport: Option<Transport>,
+        port: Option<u16>,
+    ) -> Option<Flow> {
         let candidates: Vec<usize> = (0..self.conversations.len())
             .filter(|&c| {
                 let s = &self.conversations[c];
@@ -513,16 +547,18 @@ impl Checker {
             return;
         };
         for conn in self.cm.iter().rev() {
-            let (src_qpn, src_psn, dst_psn) = if conn.active == src
-                && conn.passive == dst
-                && conn.passive_qpn == Some(dest_qp)
-            {
-                (Some(conn.active_qpn), conn.passive_psn, Some(conn.active_psn))
-            } else if conn.passive == src && conn.active == dst && conn.active_qpn == dest_qp {
-                (conn.passive_qpn, Some(conn.active_psn), conn.passive_psn)
-            } else {
-                continue;
-            };
+            let (src_qpn, src_psn, dst_psn) =
+                if conn.active == src && conn.passive == dst && conn.passive_qpn == Some(dest_qp) {
+                    (
+                        Some(conn.active_qpn),
+                        conn.passive_psn,
+                        Some(conn.active_psn),
+                    )
+                } else if conn.passive == src && conn.active == dst && conn.active_qpn == dest_qp {
+                    (conn.passive_qpn, Some(conn.active_psn), conn.passive_psn)
+                } else {
+                    continue;
+                };
             state.ends[0].1 = src_qpn;
             state.streams[0].cm_start = src_psn;
             state.streams[1].cm_start = dst_psn;
@@ -556,7 +592,10 @@ impl Checker {
         let c = match self.datagrams.get(&key) {
             Some(&c) => c,
             None => {
-                let c = self.new_conversation(Some(Transport::Ud), [(lo.0, Some(lo.1)), (hi.0, Some(hi.1))]);
+                let c = self.new_conversation(
+                    Some(Transport::Ud),
+                    [(lo.0, Some(lo.1)), (hi.0, Some(hi.1))],
+                );
                 self.datagrams.insert(key, c);
                 c
             }
@@ -619,12 +658,9 @@ impl Checker {
                 mtu: mtu_of_code(req.path_mtu),
             }),
             Message::Rep(rep) => {
-                if let Some(conn) = self
-                    .cm
-                    .iter_mut()
-                    .rev()
-                    .find(|c| c.comm_id == rep.remote_comm_id && c.passive == src && c.active == dst)
-                {
+                if let Some(conn) = self.cm.iter_mut().rev().find(|c| {
+                    c.comm_id == rep.remote_comm_id && c.passive == src && c.active == dst
+                }) {
                     conn.passive_qpn = Some(rep.local_qpn);
                     conn.passive_psn = Some(rep.starting_psn);
                 }
@@ -642,7 +678,8 @@ impl Checker {
                 violations: &mut self.violations,
                 missing: &mut self.missing,
             };
-            let judge_order = !state.streams.iter().any(Stream::reordered);
+            let judge_order =
+                !self.options.reordering && !state.streams.iter().any(Stream::reordered);
             for stream in &mut state.streams {
                 stream.finish(&mut out, judge_order);
             }
@@ -654,7 +691,10 @@ impl Checker {
                     Some(Transport::Ud) => "UD",
                     _ => "CNP",
                 },
-                ends: state.ends.map(|(addr, qpn)| End { addr: ip(addr), qpn }),
+                ends: state.ends.map(|(addr, qpn)| End {
+                    addr: ip(addr),
+                    qpn,
+                }),
                 via_cm: state.via_cm,
                 path_mtu: state.mtu.value,
                 mtu_source: state.mtu.source,

@@ -140,9 +140,10 @@ pub struct Stream {
     /// A NAK came after answers beyond its PSN, or an answer after later ones that nothing
     /// asked for again: the network reordered packets.
     reorder_seen: bool,
-    /// The highest PSN answered, and the lowest PSN sent again since.
+    /// The highest PSN answered.
     answer_high: Option<u32>,
-    low_resend: Option<u32>,
+    /// The latest resends: PSN and frame.
+    recent_resends: Vec<(u32, u64)>,
 }
 
 impl Stream {
@@ -172,7 +173,7 @@ impl Stream {
             deferred: Vec::new(),
             reorder_seen: false,
             answer_high: None,
-            low_resend: None,
+            recent_resends: Vec::new(),
         }
     }
 
@@ -269,13 +270,13 @@ impl Stream {
                 self.resume_after_nak(out, frame, time, p);
                 self.burst_next = Some(after);
                 self.counts.retransmitted += 1;
-                self.note_resend(p);
+                self.note_resend(p, frame);
             } else if self.burst_next == Some(p) {
                 self.burst_next = Some(after);
                 self.counts.retransmitted += 1;
-                self.note_resend(p);
+                self.note_resend(p, frame);
             } else if resent_since {
-                self.note_resend(p);
+                self.note_resend(p, frame);
                 // The requester went back since the packet went missing: its copy before
                 // this one was lost too.
                 self.counts.retransmitted += 1;
@@ -314,13 +315,21 @@ impl Stream {
                 from_psn: start,
                 count: d as u32,
                 before_frame: frame,
-                evidence: "the CM announced an earlier first PSN: the capture missed the first packets",
+                evidence:
+                    "the CM announced an earlier first PSN: the capture missed the first packets",
             });
             self.counts.missing += d as u64;
         }
     }
 
-    fn check_payload(&mut self, out: &mut Sink<'_>, mtu: &mut Mtu, frame: u64, opcode: Opcode, payload: u32) {
+    fn check_payload(
+        &mut self,
+        out: &mut Sink<'_>,
+        mtu: &mut Mtu,
+        frame: u64,
+        opcode: Opcode,
+        payload: u32,
+    ) {
         let position = opcode.position();
         if matches!(position, Position::First | Position::Middle) {
             mtu.observe(out, frame, payload);
@@ -343,8 +352,16 @@ impl Stream {
 
     /// A READ sent before the path MTU was known reserved an unknown number of PSNs: the next
     /// request, or the MTU once known, tells how many.
-    fn size_pending_read(&mut self, out: &mut Sink<'_>, mtu: &mut Mtu, frame: u64, next: Option<u32>) {
-        let Some(first) = self.read_unsized else { return };
+    fn size_pending_read(
+        &mut self,
+        out: &mut Sink<'_>,
+        mtu: &mut Mtu,
+        frame: u64,
+        next: Option<u32>,
+    ) {
+        let Some(first) = self.read_unsized else {
+            return;
+        };
         let Some(slot) = self.slot(first).copied() else {
             self.read_unsized = None;
             return;
@@ -389,7 +406,13 @@ impl Stream {
     fn reserve_read(&mut self, first: u32, span: u32, slot: Slot) {
         for i in 1..span.min(SLOTS as u32 / 2) {
             let q = psn::add(first, i);
-            self.put(q, Slot { read_first: Some(first), ..slot });
+            self.put(
+                q,
+                Slot {
+                    read_first: Some(first),
+                    ..slot
+                },
+            );
         }
         if psn::diff(psn::add(first, span), self.high) > 0 {
             self.high = psn::add(first, span);
@@ -546,7 +569,9 @@ impl Stream {
 
     /// The opcode sequence between `p` and the PSNs next to it, and a WRITE's length at its end.
     fn check_neighbours(&mut self, out: &mut Sink<'_>, p: u32) {
-        let Some(this) = self.slot(p).copied() else { return };
+        let Some(this) = self.slot(p).copied() else {
+            return;
+        };
         if let Some(prev) = self.slot(psn::add(p, psn::MASK)).copied() {
             self.check_pair(out, &prev, &this);
         }
@@ -595,7 +620,12 @@ impl Stream {
             let Some(s) = self.slot(q) else { return };
             total += u64::from(s.len);
             if s.opcode().position().is_start() {
-                let fits = rules::write_fits(total - u64::from(last.len), u64::from(last.len), u64::from(s.dma_len), true);
+                let fits = rules::write_fits(
+                    total - u64::from(last.len),
+                    u64::from(last.len),
+                    u64::from(s.dma_len),
+                    true,
+                );
                 if !fits {
                     frames.push(s.frame);
                     frames.push(last.frame);
@@ -625,8 +655,10 @@ impl Stream {
         dma_len: Option<u32>,
     ) {
         self.counts.retransmitted += 1;
-        self.note_resend(p);
-        let Some(original) = self.slot(p).copied() else { return };
+        self.note_resend(p, frame);
+        let Some(original) = self.slot(p).copied() else {
+            return;
+        };
         if self.uc {
             out.violation(Finding::new(
                 Rule::UcResend,
@@ -639,9 +671,9 @@ impl Stream {
         let same = match original.read_first {
             Some(first) => {
                 let offset = psn::diff(p, first).max(0) as u64;
-                let left = mtu.bytes().map(|m| {
-                    u64::from(original.len).saturating_sub(offset * u64::from(m))
-                });
+                let left = mtu
+                    .bytes()
+                    .map(|m| u64::from(original.len).saturating_sub(offset * u64::from(m)));
                 opcode.kind() == Kind::ReadRequest
                     && left.is_none_or(|l| Some(l) == dma_len.map(u64::from))
             }
@@ -653,7 +685,14 @@ impl Stream {
                 Rule::ResendSame,
                 [original.frame, frame],
                 what(original.opcode(), original.len),
-                what(opcode, if opcode.kind() == Kind::ReadRequest { dma_len.unwrap_or(0) } else { payload }),
+                what(
+                    opcode,
+                    if opcode.kind() == Kind::ReadRequest {
+                        dma_len.unwrap_or(0)
+                    } else {
+                        payload
+                    },
+                ),
             ));
         }
         if self.uc {
@@ -686,10 +725,11 @@ impl Stream {
         self.check_neighbours(out, p);
     }
 
-    fn note_resend(&mut self, p: u32) {
-        if self.low_resend.is_none_or(|q| psn::diff(p, q) < 0) {
-            self.low_resend = Some(p);
+    fn note_resend(&mut self, p: u32, frame: u64) {
+        if self.recent_resends.len() == AHEAD * 4 {
+            self.recent_resends.remove(0);
         }
+        self.recent_resends.push((p, frame));
     }
 
     fn read_span(&self, first: u32) -> u32 {
@@ -704,7 +744,14 @@ impl Stream {
     }
 
     /// A resend that does not continue the one before: why did the requester go back?
-    fn burst_start(&mut self, out: &mut Sink<'_>, frame: u64, time: Duration, p: u32, original: &Slot) {
+    fn burst_start(
+        &mut self,
+        out: &mut Sink<'_>,
+        frame: u64,
+        time: Duration,
+        p: u32,
+        original: &Slot,
+    ) {
         if self.nak.is_some() {
             self.resume_after_nak(out, frame, time, p);
             return;
@@ -786,7 +833,9 @@ impl Stream {
             (k, _) if k.is_read_response() => self.counts.read_responses += 1,
             _ => {}
         }
-        if kind.is_read_response() && matches!(opcode.position(), Position::First | Position::Middle) {
+        if kind.is_read_response()
+            && matches!(opcode.position(), Position::First | Position::Middle)
+        {
             mtu.observe(out, frame, payload);
         }
         if !self.started {
@@ -849,7 +898,9 @@ impl Stream {
                         self.deferred.push(Finding::new(
                             Rule::AckCoverage,
                             [nak_frame, frame],
-                            format!("no ACK beyond PSN {q:#08x} before the requester sends it again"),
+                            format!(
+                                "no ACK beyond PSN {q:#08x} before the requester sends it again"
+                            ),
                             format!("ACK for PSN {p:#08x}"),
                         ));
                         self.naked = None;
@@ -870,19 +921,24 @@ impl Stream {
     }
 
     /// An answer for an earlier PSN than one answered before, with no request at or before it
-    /// sent again since (whose answer it could be: a duplicate is answered for the last PSN
-    /// executed): the network reordered the answers, or the requests.
+    /// sent again since the request for it was first sent (a duplicate is answered for the
+    /// last PSN executed, which may lie beyond it): the network reordered the answers or the
+    /// requests.
     fn note_order(&mut self, p: u32) {
         match self.answer_high {
             Some(h) if psn::diff(p, h) < 0 => {
-                if self.low_resend.is_none_or(|q| psn::diff(q, p) > 0) {
+                let Some(sent) = self.slot(p).map(|s| s.frame) else {
+                    return;
+                };
+                let asked_again = self
+                    .recent_resends
+                    .iter()
+                    .any(|&(q, f)| psn::diff(q, p) <= 0 && f > sent);
+                if !asked_again {
                     self.reorder_seen = true;
                 }
             }
-            _ => {
-                self.answer_high = Some(p);
-                self.low_resend = None;
-            }
+            _ => self.answer_high = Some(p),
         }
     }
 
@@ -903,13 +959,14 @@ impl Stream {
     /// Whether an answer for `p` passes a READ or atomic (after what was acknowledged) that has
     /// had no answer yet.
     fn skips_unanswered(&self, p: u32) -> bool {
-        let Some(from) = self.acked_before else { return false };
+        let Some(from) = self.acked_before else {
+            return false;
+        };
         let n = psn::diff(p, from);
         (0..n.clamp(0, SLOTS as i32 / 2) as u32).any(|i| {
             let q = psn::add(from, i);
             self.slot(q).is_some_and(|s| {
-                s.answered == 0
-                    && (s.read_first == Some(q) || s.opcode().kind().is_atomic())
+                s.answered == 0 && (s.read_first == Some(q) || s.opcode().kind().is_atomic())
             })
         })
     }
@@ -933,14 +990,28 @@ impl Stream {
         self.acked_before = Some(before);
     }
 
-    fn check_read_response(&mut self, out: &mut Sink<'_>, mtu: &Mtu, frame: u64, opcode: Opcode, p: u32, payload: u32) {
-        let Some(slot) = self.slot(p).copied() else { return };
+    fn check_read_response(
+        &mut self,
+        out: &mut Sink<'_>,
+        mtu: &Mtu,
+        frame: u64,
+        opcode: Opcode,
+        p: u32,
+        payload: u32,
+    ) {
+        let Some(slot) = self.slot(p).copied() else {
+            return;
+        };
         let Some(first) = slot.read_first else {
             out.violation(Finding::new(
                 Rule::ReadResponsePsn,
                 [slot.frame, frame],
                 "a PSN that a READ request reserved".to_string(),
-                format!("{} for PSN {p:#08x}, a {}", opcode.name(), slot.opcode().name()),
+                format!(
+                    "{} for PSN {p:#08x}, a {}",
+                    opcode.name(),
+                    slot.opcode().name()
+                ),
             ));
             return;
         };
@@ -953,7 +1024,10 @@ impl Stream {
             out.violation(Finding::new(
                 Rule::ReadResponsePsn,
                 [request.frame, frame],
-                format!("PSNs {first:#08x} to {:#08x} ({npkts} responses)", psn::add(first, npkts - 1)),
+                format!(
+                    "PSNs {first:#08x} to {:#08x} ({npkts} responses)",
+                    psn::add(first, npkts - 1)
+                ),
                 format!("PSN {p:#08x}"),
             ));
             return;
@@ -973,7 +1047,11 @@ impl Stream {
             out.violation(Finding::new(
                 Rule::ReadResponse,
                 [request.frame, frame],
-                format!("{} with {size} bytes (response {} of {npkts} to a READ of {len} bytes)", name(expected), n + 1),
+                format!(
+                    "{} with {size} bytes (response {} of {npkts} to a READ of {len} bytes)",
+                    name(expected),
+                    n + 1
+                ),
                 format!("{} with {payload} bytes", opcode.name()),
             ));
         }
@@ -1012,12 +1090,23 @@ impl Stream {
     /// duplicates). Where the count started is unknown (the capture may start late), so each
     /// answer narrows the range of starts it allows; an answer outside every start left breaks
     /// the rule.
-    fn check_msn(&mut self, out: &mut Sink<'_>, frame: u64, kind: Kind, p: u32, syndrome: Option<Syndrome>, msn: u32) {
-        let counts_p = !matches!(syndrome, Some(Syndrome::Nak(_)) | Some(Syndrome::RnrNak { .. }));
+    fn check_msn(
+        &mut self,
+        out: &mut Sink<'_>,
+        frame: u64,
+        kind: Kind,
+        p: u32,
+        syndrome: Option<Syndrome>,
+        msn: u32,
+    ) {
+        let counts_p = !matches!(
+            syndrome,
+            Some(Syndrome::Nak(_)) | Some(Syndrome::RnrNak { .. })
+        );
         let least = match self.slot(p) {
-            Some(s) if s.epoch == self.epoch => {
-                s.msgs_before.wrapping_add(u32::from(counts_p && (s.ends || kind.is_read_response())))
-            }
+            Some(s) if s.epoch == self.epoch => s
+                .msgs_before
+                .wrapping_add(u32::from(counts_p && (s.ends || kind.is_read_response()))),
             _ => return,
         };
         let most = self.msgs;
@@ -1029,8 +1118,16 @@ impl Stream {
             self.msn_base = Some(allowed);
             return;
         };
-        let lo2 = if psn::diff(allowed.0, lo) > 0 { allowed.0 } else { lo };
-        let hi2 = if psn::diff(allowed.1, hi) < 0 { allowed.1 } else { hi };
+        let lo2 = if psn::diff(allowed.0, lo) > 0 {
+            allowed.0
+        } else {
+            lo
+        };
+        let hi2 = if psn::diff(allowed.1, hi) < 0 {
+            allowed.1
+        } else {
+            hi
+        };
         if psn::diff(hi2, lo2) >= 0 {
             self.msn_base = Some((lo2, hi2));
             return;
@@ -1086,7 +1183,10 @@ impl Stream {
             out.violation(Finding::new(
                 Rule::AnswerUnsent,
                 [frame],
-                format!("an answer for a PSN sent (the highest sent is {:#08x})", self.high.wrapping_sub(1) & psn::MASK),
+                format!(
+                    "an answer for a PSN sent (the highest sent is {:#08x})",
+                    self.high.wrapping_sub(1) & psn::MASK
+                ),
                 format!("an answer for PSN {q:#08x}"),
             ));
         }
