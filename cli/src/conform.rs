@@ -220,11 +220,30 @@ fn render_conversation(text: &mut String, c: &Conversation) {
             continue;
         }
         let (from, to) = (&c.ends[i], &c.ends[1 - i]);
+        if c.transport == "UD" {
+            let _ = writeln!(
+                text,
+                "  {} -> {}: {} datagrams, {} bytes",
+                from.addr, to.addr, d.packets, d.bytes
+            );
+            continue;
+        }
         let _ = writeln!(
             text,
-            "  {} -> {}: {} packets, {} messages, {} bytes, {} retransmitted, {} reordered, {} missing; answers: {} ACKs, {} READ responses, {} atomic ACKs, {}, {} RNR waits",
+            "  {} -> {}: {} packets, {} messages, {} bytes; {} retransmitted, {} reordered, {} missing",
             from.addr, to.addr, d.packets, d.messages, d.bytes, d.retransmitted, d.reordered, d.missing,
-            d.acks, d.read_responses, d.atomic_acks, naks(d), d.rnr_waits
+        );
+        if c.transport != "RC" {
+            continue;
+        }
+        let _ = writeln!(
+            text,
+            "    answers: {} ACKs, {} READ responses, {} atomic ACKs; {}; {} RNR waits",
+            d.acks,
+            d.read_responses,
+            d.atomic_acks,
+            naks(d),
+            d.rnr_waits
         );
     }
     if c.cnps + c.ecn_ce > 0 {

@@ -259,7 +259,7 @@ impl Stream {
             // capture never saw; else a late packet, which the network reordered.
             let slot = Slot {
                 epoch: u32::MAX,
-                ..self.new_slot(frame, time, opcode, p, payload, dma_len, mtu)
+                ..self.new_slot(frame, time, opcode, p, payload, dma_len)
             };
             let span = match (kind, mtu.bytes()) {
                 (Kind::ReadRequest, Some(m)) => rules::packets(u64::from(slot.len), m),
@@ -487,7 +487,6 @@ impl Stream {
         });
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn new_slot(
         &self,
         frame: u64,
@@ -496,7 +495,6 @@ impl Stream {
         p: u32,
         payload: u32,
         dma_len: Option<u32>,
-        _mtu: &Mtu,
     ) -> Slot {
         let kind = opcode.kind();
         let read = kind == Kind::ReadRequest;
@@ -535,7 +533,7 @@ impl Stream {
             // The go-back has caught up with the new requests.
             self.burst_next = None;
         }
-        let slot = self.new_slot(frame, time, opcode, p, payload, dma_len, mtu);
+        let slot = self.new_slot(frame, time, opcode, p, payload, dma_len);
         self.put(p, slot);
         self.high = psn::add(p, 1);
         if slot.ends {
@@ -764,7 +762,6 @@ impl Stream {
         let round_trip = original.acked.saturating_sub(original.sent);
         let since = time.saturating_sub(original.acked);
         if since < round_trip && self.deferred.len() < AHEAD {
-            let _ = &out;
             self.deferred.push(Finding::new(
                 Rule::ResendCause,
                 [original.last_frame, frame],
