@@ -262,6 +262,8 @@ struct Flow {
     conversation: usize,
     /// Which end sends it.
     side: usize,
+    /// Its UDP source port (RoCEv2).
+    port: Option<u16>,
 }
 
 /// A connection the CM set up: who asked, who answered, their QPs, and the first PSN each
@@ -290,6 +292,8 @@ struct State {
     streams: [Stream; 2],
     cnps: u64,
     ecn_ce: u64,
+    /// The last frame of the conversation.
+    last_frame: u64,
 }
 
 /// The observer: feed it every frame of a capture in order, then [`Checker::finish`].
@@ -379,20 +383,30 @@ impl Checker {
         match bth.opcode.transport() {
             Transport::Ud => self.datagram(number, frame, src, dst, ce),
             Transport::Cnp => {
-                let (c, _) = self.flow(src, dst, bth.dest_qp, None, udp_port(&repr.network));
+                let (c, _) = self.flow(src, dst, bth.dest_qp, None, udp_port(&repr.network), None);
                 let state = &mut self.conversations[c];
                 state.cnps += 1;
                 state.ecn_ce += u64::from(ce);
             }
             transport => {
+                let answer = bth.opcode.kind().is_response().then_some(bth.psn);
+                let key = FlowKey {
+                    src,
+                    dst,
+                    dest_qp: bth.dest_qp,
+                    uc: transport == Transport::Uc,
+                };
+                self.rehome_misfit(key, bth.psn, answer.is_some(), udp_port(&repr.network));
                 let (c, side) = self.flow(
                     src,
                     dst,
                     bth.dest_qp,
                     Some(transport),
                     udp_port(&repr.network),
+                    answer,
                 );
                 let state = &mut self.conversations[c];
+                state.last_frame = number;
                 state.ecn_ce += u64::from(ce);
                 let State { streams, mtu, .. } = state;
                 let mut out = Sink {
@@ -448,6 +462,7 @@ impl Checker {
             streams: [Stream::new(uc), Stream::new(uc)],
             cnps: 0,
             ecn_ce: 0,
+            last_frame: 0,
         });
         self.conversations.len() - 1
     }
@@ -460,6 +475,7 @@ impl Checker {
         dest_qp: u32,
         transport: Option<Transport>,
         port: Option<u16>,
+        answer: Option<u32>,
     ) -> (usize, usize) {
         let key = FlowKey {
             src,
@@ -474,7 +490,7 @@ impl Checker {
                 for key in state.flow_keys.into_iter().flatten() {
                     self.flows.remove(&key);
                 }
-                return self.flow(src, dst, dest_qp, transport, port);
+                return self.flow(src, dst, dest_qp, transport, port, answer);
             }
             if state.transport.is_none() && transport.is_some() {
                 state.transport = transport;
@@ -483,13 +499,14 @@ impl Checker {
             }
             return (flow.conversation, flow.side);
         }
-        let flow = self.pair(key, transport, port).unwrap_or_else(|| {
+        let flow = self.pair(key, transport, port, answer).unwrap_or_else(|| {
             let c = self.new_conversation(transport, [(src, None), (dst, Some(dest_qp))]);
             self.conversations[c].udp_port = port;
             self.apply_cm(c);
             Flow {
                 conversation: c,
                 side: 0,
+                port,
             }
         });
         self.conversations[flow.conversation].has_flow[flow.side] = true;
@@ -498,13 +515,38 @@ impl Checker {
         (flow.conversation, flow.side)
     }
 
-    /// The conversation whose other flow this one is: the CM's word, else the same UDP
-    /// source port, else the only candidate.
+    /// A QP number destroyed and created again (the next run of a tool) carries a new
+    /// conversation under an old flow: another UDP source port, or a request or an answer far
+    /// from the PSNs its conversation used, frees the flow to be paired anew.
+    fn rehome_misfit(&mut self, key: FlowKey, p: u32, answer: bool, port: Option<u16>) {
+        let Some(flow) = self.flows.get(&key).copied() else {
+            return;
+        };
+        let state = &self.conversations[flow.conversation];
+        // Linux and this NIC derive the UDP source port from the QPs: another port, other QPs.
+        let misfit = flow.port != port
+            || if answer {
+                state.streams[1 - flow.side].far_from(p)
+            } else {
+                state.streams[flow.side].far_from(p)
+            };
+        if misfit {
+            // The old conversation keeps its side as it was: it takes no other flow there.
+            self.flows.remove(&key);
+            self.conversations[flow.conversation].flow_keys[flow.side] = None;
+        }
+    }
+
+    /// The conversation whose other flow this one is: the CM's word; else the same UDP source
+    /// port; else, for a flow that starts with an answer, the conversation whose requests it
+    /// answers (PSNs start at random, so they tell conversations apart); else the candidate
+    /// heard from last.
     fn pair(
         &mut self,
         key: FlowKey,
         transport: Option<Transport>,
         port: Option<u16>,
+        answer: Option<u32>,
     ) -> Option<Flow> {
         let candidates: Vec<usize> = (0..self.conversations.len())
             .filter(|&c| {
@@ -516,19 +558,21 @@ impl Checker {
                     && (s.transport.is_none() || transport.is_none() || s.transport == transport)
             })
             .collect();
-        let by_cm = candidates
+        let state = |c: &usize| &self.conversations[*c];
+        let c = candidates
             .iter()
-            .copied()
-            .find(|&c| self.conversations[c].ends[0].1 == Some(key.dest_qp));
-        let by_port = || {
-            candidates
-                .iter()
-                .copied()
-                .find(|&c| port.is_some() && self.conversations[c].udp_port == port)
-        };
-        let c = by_cm
-            .or_else(by_port)
-            .or_else(|| (candidates.len() == 1).then(|| candidates[0]))?;
+            .find(|c| state(c).ends[0].1 == Some(key.dest_qp))
+            .or_else(|| {
+                candidates
+                    .iter()
+                    .find(|c| port.is_some() && state(c).udp_port == port)
+            })
+            .or_else(|| {
+                let p = answer?;
+                candidates.iter().find(|c| state(c).streams[0].sent(p))
+            })
+            .or_else(|| candidates.iter().max_by_key(|c| state(c).last_frame))
+            .copied()?;
         let state = &mut self.conversations[c];
         state.ends[0].1 = Some(key.dest_qp);
         if state.transport.is_none() {
@@ -537,6 +581,7 @@ impl Checker {
         Some(Flow {
             conversation: c,
             side: 1,
+            port,
         })
     }
 

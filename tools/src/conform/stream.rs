@@ -177,6 +177,18 @@ impl Stream {
         }
     }
 
+    /// Whether a request with PSN `p` cannot belong here: far ahead of the PSNs used, or far
+    /// behind them (a new QP starts at a random PSN).
+    pub fn far_from(&self, p: u32) -> bool {
+        const FAR: i32 = 1 << 16;
+        self.started && !(-FAR..FAR).contains(&psn::diff(p, self.high))
+    }
+
+    /// Whether a request with PSN `p` was sent (as far as the capture shows).
+    pub fn sent(&self, p: u32) -> bool {
+        self.started && psn::diff(p, self.first_psn) >= 0 && psn::diff(p, self.high) < 0
+    }
+
     /// Whether a fatal NAK ended the connection.
     pub fn closed(&self) -> bool {
         self.closed
