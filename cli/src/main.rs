@@ -23,6 +23,7 @@ mod rping;
 mod signals;
 mod switch;
 mod ucmatose;
+mod udaddy;
 
 use std::process::ExitCode;
 
@@ -104,6 +105,10 @@ enum Command {
     /// Speak librdmacm's ucmatose with a peer: messages both ways over an RDMA CM connection.
     #[command(after_long_help = ucmatose::EXAMPLES)]
     Ucmatose(ucmatose::Args),
+    /// Speak librdmacm's udaddy with a peer: UD datagrams both ways, the server's QP found
+    /// through the RDMA CM (SIDR).
+    #[command(after_long_help = udaddy::EXAMPLES)]
+    Udaddy(udaddy::Args),
     /// Use a running NIC from the shell: serve a region, post RDMA work, show the NIC.
     #[command(subcommand)]
     Host(host::Command),
@@ -143,6 +148,7 @@ fn main() -> ExitCode {
         Command::Perftest(args) => perftest::run(args),
         Command::Rping(args) => rping::run(args),
         Command::Ucmatose(args) => ucmatose::run(args),
+        Command::Udaddy(args) => udaddy::run(args),
         Command::Host(cmd) => host::run(cmd),
         Command::Switch(args) => switch::run(args),
         Command::Fabric(cmd) => fabric::run(cmd),

@@ -22,6 +22,9 @@ Examples:
     roce perftest read_bw -a --report_gbits --nic nic0 10.0.0.2
   The figures as JSON lines for a script (perftest's own text goes to standard error):
     roce perftest write_bw --json --nic nic0 10.0.0.2 | jq .average_mib_per_s
+  Connected through the RDMA CM, as ib_send_lat -R (against the real one too):
+    roce perftest send_lat -R --nic nic1
+    roce perftest send_lat -R --nic nic0 10.0.0.2
   Against perftest in a Soft-RoCE guest at 10.77.0.2, retrying while it boots:
     roce perftest write_bw -s 65536 -n 200 --connect-retry 60 \\
         --link cable:127.0.0.1:47911,127.0.0.1:47910 --ip 10.77.0.1 --link-mtu 1500 --rate 200M 10.77.0.2";
@@ -79,9 +82,13 @@ pub struct Args {
     /// GID index (1 is the NIC's IPv4 address).
     #[arg(short = 'x', long = "gid-index", default_value_t = 1)]
     gid_index: u8,
-    /// TCP port of the exchange.
+    /// TCP port of the exchange (with -R, the RDMA CM port both connections go to).
     #[arg(short, long, default_value_t = 18515)]
     port: u16,
+    /// Connect the QPs through the RDMA CM and exchange over it rather than over TCP, as
+    /// perftest's -R (no TCP at all).
+    #[arg(short = 'R', long = "rdma_cm", alias = "rdma-cm")]
+    rdma_cm: bool,
     /// QP timeout: retransmit after 4.096 µs × 2^N.
     #[arg(short = 'u', long = "qp-timeout", default_value_t = 14)]
     qp_timeout: u8,
@@ -142,6 +149,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         qp_timeout: args.qp_timeout,
         report_gbits: args.report_gbits,
         all_sizes: args.all,
+        rdma_cm: args.rdma_cm,
         limits: args.limits.limits(),
         ..defaults
     };

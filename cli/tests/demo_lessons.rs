@@ -1,4 +1,5 @@
-//! `roce demo --scenario tcp-vs-rdma` and `--scenario allreduce`, checked from outside.
+//! `roce demo --scenario tcp-vs-rdma`, `--scenario allreduce` and `--scenario connect`, checked
+//! from outside.
 //!
 //! tcp-vs-rdma: the test finds the receiving process in the narration and reads its CPU time
 //! from /proc itself at the demo's `--step` pauses (a terminal from `script`, fed Enter by the
@@ -716,4 +717,61 @@ fn the_lessons_figures_come_as_json_numbers() {
         assert!(host["nic_on_cpu_ns"].as_u64().unwrap() > 0, "{host}");
     }
     assert_eq!(figures(&lines, "step").len(), 4);
+}
+
+/// connect: the RDMA CM's handshake as a ladder. The capture the demo writes holds exactly the
+/// five MADs its ladder names, in order and directions, which tshark decodes as CM messages;
+/// each MAD is shown field by field; the QP states are the NIC's (RTS after the handshake, ERR
+/// after the disconnect), and the proofs held.
+#[test]
+fn connect_shows_the_cm_handshake_and_the_qp_states_it_reaches() {
+    let env = Env::new("democonn");
+    let pcap = env.dir.join("connect.pcap");
+    let out = demo(
+        &env,
+        &["--scenario", "connect", "--pcap", pcap.to_str().unwrap()],
+    );
+    proof(
+        &out,
+        "both QPs are in RTS, each aimed at the other's QP number",
+    );
+    proof(&out, "both QPs are in the error state after the disconnect");
+    for field in [
+        "Service ID: 0x0000000001061d2f (RDMA CM, TCP port 7471)",
+        "Starting PSN: ",
+        "Local QPN: 0x000011",
+        "Primary local port GID: 10.0.0.2",
+    ] {
+        assert!(out.contains(field), "no {field:?} in\n{out}");
+    }
+    let ladder: Vec<String> = out
+        .lines()
+        .skip_while(|l| !l.contains("The ladder"))
+        .filter(|l| l.contains("──"))
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect();
+    assert_eq!(
+        ladder,
+        [
+            "initiator INIT ── REQ ──────────────▶",
+            "◀────────────── REP ── RTS target",
+            "initiator RTS ── RTU ──────────────▶",
+            "initiator ERR ── DREQ ──────────────▶",
+            "◀────────────── DREP ── ERR target",
+        ],
+        "{out}"
+    );
+    let tshark = Command::new("tshark")
+        .args(["-r", pcap.to_str().unwrap(), "-T", "fields"])
+        .args(["-e", "ip.src", "-e", "infiniband.mad.attributeid"])
+        .args(["-Y", "infiniband.bth.destqp == 1"])
+        .output()
+        .expect("tshark");
+    let seen = String::from_utf8_lossy(&tshark.stdout).into_owned();
+    assert_eq!(
+        seen,
+        "10.0.0.2\t0x0010\n10.0.0.1\t0x0013\n10.0.0.2\t0x0014\n10.0.0.2\t0x0015\n10.0.0.1\t0x0016\n",
+        "{}",
+        String::from_utf8_lossy(&tshark.stderr)
+    );
 }

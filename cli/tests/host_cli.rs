@@ -452,3 +452,74 @@ fn a_nic_holds_the_p_keys_it_is_given() {
     let info: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
     assert_eq!(info["pkeys"], serde_json::json!(["0x7fff", "0x8001"]));
 }
+
+/// `roce host listen PORT` and `roce host connect IP:PORT` at two terminals: nothing to copy
+/// between them — the NICs' connection managers connect the QPs, and the REP brings the
+/// region's rkey, VA and length. The operations typed land (a WRITE read back, a SEND shown by
+/// the listener, a fetch-and-add), and Ctrl-D disconnects: the listener says so.
+#[test]
+fn listen_and_connect_through_the_rdma_cm_from_two_terminals() {
+    let env = Env::new("listen");
+    let (a, b) = cabled_pair(&env, 76);
+    let _nic_a = env.nic(&a);
+    let _nic_b = env.nic(&b);
+    let region = RegionName(env.name("buf"));
+    let listen = [
+        "host", "listen", "7000", "--nic", &b.name, "--region", &region.0, "--size", "64K",
+    ];
+    let mut server = Proc::spawn(env.roce(&listen), false);
+    server.expect(|l| l == "listening on 0.0.0.0:7000 (RDMA CM, TCP port space)");
+    let memory = server.expect(|l| l.starts_with("memory "));
+    let rkey = memory.split_whitespace().nth(2).unwrap().to_owned();
+
+    let mut client = Proc::spawn(
+        env.roce(&["host", "connect", "10.76.0.2:7000", "--nic", &a.name]),
+        true,
+    );
+    let connected = client.expect(|l| l.starts_with("connected to "));
+    assert_eq!(
+        connected,
+        format!("connected to 10.76.0.2:7000 through the RDMA CM: region {rkey} va=0x0 len=65536")
+    );
+    let line = server.expect(|l| l.starts_with("connected: "));
+    assert!(line.starts_with("connected: 10.76.0.1:"), "{line}");
+    client.say("write 0 hello through the CM");
+    client.expect(|l| l == "wr_id=1 RDMA_WRITE success 20 bytes");
+    client.say("read 0 20");
+    client.expect(|l| l == "wr_id=2 RDMA_READ success 20 bytes");
+    client.expect(|l| l == "\"hello through the CM\"");
+    client.say("fetch-add 0x100 5");
+    client.expect(|l| l == "original value 0 (0x0)");
+    client.say("send over the connection");
+    server.expect(|l| l == "wr_id=0 RECV success 19 bytes \"over the connection\"");
+    client.close_stdin();
+    assert!(client.wait(PATIENCE).success(), "{}", client.stderr());
+    let gone = server.expect(|l| l.starts_with("disconnected: "));
+    assert_eq!(
+        gone,
+        line.replace("connected: ", "disconnected: ")
+            .split(" (")
+            .next()
+            .unwrap()
+    );
+    server.signal(libc::SIGTERM);
+    assert!(server.wait(PATIENCE).success());
+}
+
+/// `roce host connect IP:PORT` where nobody listens: one line, the REJ's reason.
+#[test]
+fn connect_to_a_port_nobody_listens_on_is_one_line() {
+    let env = Env::new("nolisten");
+    let (a, b) = cabled_pair(&env, 77);
+    let _nic_a = env.nic(&a);
+    let _nic_b = env.nic(&b);
+    let done = env.run(&["host", "connect", "10.77.0.2:7999", "--nic", &a.name]);
+    assert_eq!(done.status.code(), Some(1), "{}", done.stderr);
+    assert_eq!(
+        done.stderr,
+        "roce: nobody listens on 10.77.0.2:7999 (its CM answered REJ, invalid service ID)\n"
+    );
+    // Neither a line nor an address: a usage error.
+    let done = env.run(&["host", "connect", "--nic", &a.name]);
+    assert_eq!(done.status.code(), Some(2), "{}", done.stderr);
+}

@@ -221,6 +221,27 @@ fn every_subcommand_ends_cleanly_when_its_reader_goes_away() {
             term(pid);
         },
     );
+    let listened = RegionName(env.name("l"));
+    both_readers(
+        &env,
+        "host listen",
+        &[
+            "host",
+            "listen",
+            "7000",
+            "--nic",
+            &b.name,
+            "--region",
+            &listened.0,
+            "--size",
+            "64K",
+        ],
+        |pid| {
+            eventually("the listened region", || shm_exists(&listened.0));
+            std::thread::sleep(Duration::from_millis(200));
+            term(pid);
+        },
+    );
     both_readers(
         &env,
         "host post",
@@ -258,6 +279,13 @@ fn every_subcommand_ends_cleanly_when_its_reader_goes_away() {
         &env,
         "ucmatose",
         &["ucmatose", "--nic", &a.name, "--timeout", "1"],
+        nothing,
+    );
+    covered.push("udaddy");
+    both_readers(
+        &env,
+        "udaddy",
+        &["udaddy", "--nic", &a.name, "--timeout", "1"],
         nothing,
     );
     covered.push("perftest");
@@ -315,7 +343,10 @@ fn every_subcommand_ends_cleanly_when_its_reader_goes_away() {
         "subcommands this test does not pipe into a closing reader yet: {all:?}"
     );
     for (group, subs) in [
-        ("host", ["serve", "post", "connect", "info"].as_slice()),
+        (
+            "host",
+            ["serve", "post", "connect", "listen", "info"].as_slice(),
+        ),
         ("mem", &["create", "rm", "dump", "watch"]),
     ] {
         let mut listed = env.subcommands(&[group]);

@@ -21,7 +21,7 @@ use std::collections::BTreeSet;
 
 use interop::guest::{GUEST_MAC, NIC_MAC};
 use interop::scenario::{Group, Kind, Scenario};
-use Kind::{Perftest, Pingpong, Rping, Ucmatose};
+use Kind::{Perftest, Pingpong, Rping, Ucmatose, Udaddy};
 
 fn scenarios(list: &[(Kind, &str)]) -> Vec<Scenario> {
     list.iter()
@@ -269,8 +269,11 @@ fn committed_captures_hold_real_rxe_frames_and_their_field_dumps() {
 /// agent: the handshake (REQ, REP, RTU), 300 pings each way with every ping's SEND, RDMA READ,
 /// SEND, RDMA WRITE and SEND, verified (the client's `-V`; our server checks every ping it
 /// reads), and the teardown (DREQ, DREP); then ucmatose both ways (100 messages of 1000 bytes
-/// each way, the server disconnecting). With `ROCE_REGENERATE_CAPTURES=1` the CM MADs of the
-/// run replace `captures/softroce/rdma-cm-tools/rping-ucmatose-rxe.pcap`.
+/// each way, the server disconnecting); then `ib_write_bw -R` and `ib_send_lat -R` both ways
+/// against `roce perftest -R` (two CM connections each: perftest's exchange and the test's QP,
+/// no TCP); then udaddy both ways (the server's UD QP found with SIDR_REQ and SIDR_REP, 50
+/// datagrams of 1000 bytes each way). With `ROCE_REGENERATE_CAPTURES=1` the CM MADs of the
+/// run replace `captures/softroce/rdma-cm-tools/rdma-cm-tools-rxe.pcap`.
 #[test]
 fn rping_through_the_rdma_cm() {
     let captures = interop::run(&Group {
@@ -279,20 +282,27 @@ fn rping_through_the_rdma_cm() {
         faults: None,
         capture_each: false,
         via_switch: false,
-        scenarios: scenarios(&[(Rping, "-C 300 -V"), (Ucmatose, "-C 100 -S 1000")]),
+        scenarios: scenarios(&[
+            (Rping, "-C 300 -V"),
+            (Ucmatose, "-C 100 -S 1000"),
+            (Perftest("write_bw"), "-R -s 65536 -n 200"),
+            (Perftest("send_lat"), "-R -s 2 -n 200"),
+            (Udaddy, "-C 50 -S 1000"),
+        ]),
     });
     if let (Some(nic), true) = (captures.first(), interop::captures::regenerate()) {
         interop::pair::commit_handshakes(nic, RPING_CAPTURE);
     }
 }
 
-/// Where the rping and ucmatose runs' handshakes are committed.
-const RPING_CAPTURE: &str = "rdma-cm-tools/rping-ucmatose-rxe.pcap";
+/// Where the RDMA CM tools' handshakes (rping, ucmatose, perftest -R, udaddy) are committed.
+const RPING_CAPTURE: &str = "rdma-cm-tools/rdma-cm-tools-rxe.pcap";
 
-/// The committed rping and ucmatose handshakes (no guest needed): connections both ways, ours
+/// The committed handshakes of the RDMA CM tools (no guest needed): connections both ways, ours
 /// to the guest's servers and the guest's clients to ours, each REQ, REP, RTU, DREQ and DREP,
-/// every REQ with the RDMA CM header of its sender and receiver. (`--test tshark` compares
-/// every field with tshark's.)
+/// every REQ with the RDMA CM header of its sender and receiver; perftest -R's two connections
+/// to one port each way; and udaddy's SIDR_REQ each way, answered by a SIDR_REP that names a QP
+/// and the UDP port space's Q_Key. (`--test tshark` compares every field with tshark's.)
 #[test]
 fn the_committed_rdma_cm_tools_capture_holds_handshakes_both_ways() {
     use roce_wire::cm::Message;
@@ -328,6 +338,60 @@ fn the_committed_rdma_cm_tools_capture_holds_handshakes_both_ways() {
         assert!(
             sent(to, "REP") >= 1 && sent(from, "RTU") >= 1,
             "{from}: {mads:?}"
+        );
+        // perftest -R: its exchange's connection and its test's, to one port, both accepted.
+        let accepted_ids = |service: u64| {
+            let ids: std::collections::BTreeSet<u32> = mads
+                .iter()
+                .filter_map(|m| match m.cm.message {
+                    Message::Req(r) if m.from == from && r.service_id == service => {
+                        Some(r.local_comm_id)
+                    }
+                    _ => None,
+                })
+                .filter(|id| {
+                    mads.iter().any(|m| {
+                        matches!(m.cm.message, Message::Rep(p) if m.from == to && p.remote_comm_id == *id)
+                    })
+                })
+                .collect();
+            ids.len()
+        };
+        assert!(
+            accepted.iter().any(|r| accepted_ids(r.service_id) == 2),
+            "{from}: no port with two connections"
+        );
+        // udaddy: SIDR_REQ to UDP port 7174 with the RDMA CM header, its SIDR_REP a QP and
+        // the Q_Key.
+        let sidr: Vec<_> = mads
+            .iter()
+            .filter_map(|m| match m.cm.message {
+                Message::SidrReq(r) if m.from == from => Some(r),
+                _ => None,
+            })
+            .collect();
+        assert!(!sidr.is_empty(), "no SIDR_REQ from {from}");
+        for request in &sidr {
+            assert_eq!(request.service_id, cma::PortSpace::Udp.service_id(7174));
+            let header = cma::Repr::parse(&cma::Packet::new_unchecked(
+                &request.private_data.as_bytes()[..cma::HEADER_LEN],
+            ))
+            .unwrap();
+            assert_eq!((header.src, header.dst), (from.into(), to.into()));
+        }
+        let resolved = mads.iter().any(|m| match m.cm.message {
+            Message::SidrRep(p) => {
+                m.from == to
+                    && p.status.0 == 0
+                    && p.q_key == cma::UDP_QKEY
+                    && p.qpn != 0
+                    && sidr.iter().any(|r| r.request_id == p.request_id)
+            }
+            _ => false,
+        });
+        assert!(
+            resolved,
+            "no SIDR_REP from {to} resolving {from}'s SIDR_REQ"
         );
     }
     for message in ["DREQ", "DREP"] {

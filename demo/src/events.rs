@@ -1,9 +1,9 @@
 //! What the NICs decided, as they logged it.
 //!
-//! The data path reports each decision as a tracing event — `ICRC ok`, `PSN in sequence`,
-//! `rkey checked: WRITE allowed`, `DMA: WRITE data placed in host memory`, `ACK sent`, `NAK
-//! received`, `go-back-N` — inside a span naming the packet (`rx{qpn, psn, opcode}`). The demo
-//! narrates from these events, never from canned text: what it says a NIC did, the NIC logged.
+//! The NIC's decisions are typed events ([`roce_nic::transport::Event`]), logged as tracing
+//! events inside a span naming the packet (`rx{qpn, psn, opcode}`), each with its
+//! [`EventKind`] in the `event` field. The demo narrates from these events, recognised by their
+//! kind and never by the wording of their message: what it says a NIC did, the NIC logged.
 //!
 //! Both ends of one format live here, so they cannot drift apart: [`json_layer`] makes a
 //! process write its events as JSON lines (tracing-subscriber's JSON format, stamped in
@@ -16,6 +16,7 @@ use std::io::{self, BufRead, Write};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use roce_nic::transport::EventKind;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use tracing::Level;
@@ -111,7 +112,9 @@ pub struct NicEvent {
     /// The module that logged it (`roce_nic::transport::responder`).
     pub target: String,
     pub message: String,
-    /// The event's fields, without the message.
+    /// What the NIC decided, when it is one of its typed events (the `event` field).
+    pub kind: Option<EventKind>,
+    /// The event's fields, without the message and the kind.
     pub fields: Map<String, Value>,
     pub packet: Option<PacketTag>,
 }
@@ -146,6 +149,10 @@ impl NicEvent {
             Some(Value::String(m)) => m,
             _ => String::new(),
         };
+        let kind = match fields.remove("event") {
+            Some(Value::String(name)) => EventKind::from_name(&name),
+            _ => None,
+        };
         let packet = raw
             .spans
             .iter()
@@ -167,6 +174,7 @@ impl NicEvent {
             level: raw.level,
             target: raw.target,
             message,
+            kind,
             fields,
             packet,
         })
@@ -188,10 +196,18 @@ impl NicEvent {
     /// Whether it is a decision about packets (the transport, the way in), rather than the
     /// control path (a host creating a QP, asking for counters).
     pub fn on_data_path(&self) -> bool {
+        if let Some(kind) = self.kind {
+            return kind != EventKind::MemoryRegistered;
+        }
         self.packet.is_some()
             || ["roce_nic::transport", "roce_nic::engine::rx"]
                 .iter()
                 .any(|t| self.target.starts_with(t))
+    }
+
+    /// Whether it is the typed event `kind`.
+    pub fn is(&self, kind: EventKind) -> bool {
+        self.kind == Some(kind)
     }
 
     /// The PSN the event is about: its own `psn` field, or its packet's.
@@ -375,7 +391,7 @@ impl<'w> MakeWriter<'w> for Capture {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tracing::{trace, trace_span};
+    use tracing::trace_span;
 
     /// Events made by a real tracing span and event, through the real JSON layer.
     fn logged(nic_thread: &str) -> Vec<NicEvent> {
@@ -389,8 +405,8 @@ mod tests {
                 tracing::subscriber::with_default(subscriber, || {
                     let span = trace_span!("rx", qpn = 0x11u32, psn = 1234u32, opcode = %"RC RDMA_WRITE_ONLY");
                     let _enter = span.enter();
-                    trace!("ICRC ok");
-                    trace!(rkey = format_args!("{:#x}", 0x100), va = format_args!("{:#x}", 0x40), len = 64u64, "rkey checked: WRITE allowed");
+                    roce_nic::transport::Event::IcrcOk.log();
+                    roce_nic::transport::Event::RkeyChecked { write: true, rkey: 0x100, va: 0x40, len: 64, npkts: 0 }.log();
                 });
             })
             .unwrap()
@@ -406,7 +422,8 @@ mod tests {
         assert_eq!(events.len(), 2);
         let e = &events[1];
         assert_eq!(e.nic, Side::Target);
-        assert_eq!(e.message, "rkey checked: WRITE allowed");
+        assert_eq!(e.kind, Some(EventKind::WriteAllowed));
+        assert!(!e.fields.contains_key("event"));
         assert_eq!(e.level, "TRACE");
         assert_eq!(e.number("rkey"), Some(0x100));
         assert_eq!(e.number("va"), Some(0x40));
@@ -429,12 +446,13 @@ mod tests {
     fn other_lines_are_kept_apart() {
         let log = EventLog::default();
         let other = Mutex::new(Vec::new());
-        let input = "not json\n{\"timestamp\":\"5\",\"level\":\"DEBUG\",\"fields\":{\"message\":\"go-back-N\",\"psn\":7},\"target\":\"roce_nic::transport::completer\"}\n";
+        let input = "not json\n{\"timestamp\":\"5\",\"level\":\"DEBUG\",\"fields\":{\"message\":\"go-back-N\",\"event\":\"go_back\",\"psn\":7},\"target\":\"roce_nic::transport::completer\"}\n";
         log.read_lines(input.as_bytes(), Side::Initiator, &other);
         let events = log.since(0);
         assert_eq!(events.len(), 1);
         assert_eq!(events[0].at, Duration::from_micros(5));
         assert_eq!(events[0].psn(), Some(7));
+        assert_eq!(events[0].kind, Some(EventKind::GoBack));
         assert!(events[0].on_data_path());
         assert_eq!(other.lock().unwrap().as_slice(), ["not json"]);
     }
@@ -448,7 +466,8 @@ mod tests {
             at: Duration::ZERO,
             level: "TRACE".into(),
             target: "roce_nic::engine::objects".into(),
-            message: "ACK sent".into(),
+            message: "memory registered".into(),
+            kind: Some(EventKind::MemoryRegistered),
             fields: Map::new(),
             packet: None,
         };
@@ -458,7 +477,9 @@ mod tests {
             std::thread::sleep(Duration::from_millis(20));
             pusher.push(sent);
         });
-        let got = log.wait_for(0, Duration::from_secs(5), |e| e.message == "ACK sent");
+        let got = log.wait_for(0, Duration::from_secs(5), |e| {
+            e.is(EventKind::MemoryRegistered)
+        });
         assert_eq!(got, Some(event));
         t.join().unwrap();
         let start = Instant::now();

@@ -18,12 +18,14 @@
 //! beats, which [`text`] renders for a terminal and [`html`] as a page with a ladder diagram,
 //! a memory map and a CPU timeline.
 //!
-//! Two scenarios are lessons of their own: [`tcp_vs_rdma`] moves the same bytes over a kernel
+//! Three scenarios are lessons of their own: [`connect`] shows the RDMA CM's handshake (REQ,
+//! REP, RTU, DREQ, DREP) and the QP state each side reaches; [`tcp_vs_rdma`] moves the same bytes over a kernel
 //! TCP socket and by RDMA WRITE and shows what each costs the receiver's CPU; [`allreduce`]
 //! runs the ring all-reduce of AI training between N hosts, each with its own NIC, through a
 //! switch (`roce switch`), the demo tapping every cable.
 
 pub mod allreduce;
+pub mod connect;
 pub mod cpu;
 pub mod events;
 pub mod html;

@@ -156,10 +156,10 @@ impl Plan {
     /// The plan for `scenario`, moving `size` bytes instead of its sentence if given.
     pub fn new(scenario: Scenario, size: Option<usize>) -> Result<Plan, DemoError> {
         let payload = match (scenario, size) {
-            (Scenario::Allreduce, _) => {
-                return Err(DemoError::failed(
-                    "the allreduce scenario has no plan for two hosts",
-                ))
+            (Scenario::Allreduce | Scenario::Connect, _) => {
+                return Err(DemoError::failed(format!(
+                    "the {scenario} scenario has no plan of this kind"
+                )))
             }
             (Scenario::Atomic | Scenario::Loss, Some(_)) => {
                 return Err(DemoError::Usage(format!(
@@ -202,7 +202,7 @@ impl Plan {
                 }
                 Scenario::Read => Access::REMOTE_READ,
                 Scenario::Atomic => Access::REMOTE_ATOMIC,
-                Scenario::Send | Scenario::Allreduce => Access::empty(),
+                Scenario::Send | Scenario::Allreduce | Scenario::Connect => Access::empty(),
             };
         Ok(Plan {
             scenario,

@@ -14,10 +14,11 @@ pub enum Scenario {
     Imm,
     TcpVsRdma,
     Allreduce,
+    Connect,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 8] = [
+    pub const ALL: [Scenario; 9] = [
         Scenario::Write,
         Scenario::Read,
         Scenario::Send,
@@ -26,6 +27,7 @@ impl Scenario {
         Scenario::Imm,
         Scenario::TcpVsRdma,
         Scenario::Allreduce,
+        Scenario::Connect,
     ];
 
     pub fn name(self) -> &'static str {
@@ -38,6 +40,7 @@ impl Scenario {
             Scenario::Imm => "imm",
             Scenario::TcpVsRdma => "tcp-vs-rdma",
             Scenario::Allreduce => "allreduce",
+            Scenario::Connect => "connect",
         }
     }
 
@@ -77,13 +80,19 @@ impl Scenario {
             Scenario::Allreduce => "ring all-reduce over RDMA WRITE with immediate, as AI \
                  training does: every host ends with the sum, its CPU only adding"
                 .to_owned(),
+            Scenario::Connect => "the RDMA connection manager's handshake on QP1 (REQ, REP, RTU, \
+                 DREQ, DREP), each MAD field by field, and the QP state each side reaches"
+                .to_owned(),
         }
     }
 
     /// Whether the scenario is one operation between an initiator and a target (the others
     /// are lessons of their own: [`crate::tcp_vs_rdma`], [`crate::allreduce`]).
     pub fn is_pair(self) -> bool {
-        !matches!(self, Scenario::TcpVsRdma | Scenario::Allreduce)
+        !matches!(
+            self,
+            Scenario::TcpVsRdma | Scenario::Allreduce | Scenario::Connect
+        )
     }
 
     /// Whether the target stays frozen (SIGSTOP) while the NICs do the work: true for the
@@ -130,7 +139,7 @@ mod tests {
         assert_eq!(
             "writ".parse::<Scenario>(),
             Err("\"writ\" is not a scenario (known: write, read, send, atomic, loss, imm, tcp-vs-rdma, \
-             allreduce)".into())
+             allreduce, connect)".into())
         );
     }
 }

@@ -14,6 +14,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::host::codec::fields;
 
+/// The Q_Key of the UD QPs of the RDMA CM's UDP port space (`RDMA_UDP_QKEY`).
+pub use roce_wire::cma::UDP_QKEY;
+
 /// Bytes of the user's private data a REQ carries after the RDMA CM's 36-byte header.
 pub const REQ_PRIVATE_DATA: usize = 56;
 /// Bytes of private data a REP carries.
@@ -59,12 +62,14 @@ pub enum CmEventKind {
     /// A REQ reached a listening ID; the event's `id` is the new connection's, to accept or
     /// reject.
     ConnectRequest,
-    /// The handshake finished: the QP is in RTS on this side (REP received, or RTU received).
+    /// The handshake finished: the QP is in RTS on this side (REP received, or RTU received);
+    /// for a UD QP, the SIDR_REP named the service's QP and Q_Key (`peer_qpn`, `q_key`).
     Established,
     /// The peer refused: the REJ's reason code (8, invalid service ID, when nobody listens;
     /// 28, consumer defined, from `reject`).
     Rejected { reason: u16 },
-    /// The peer did not answer the REQ or the REP in all the retries.
+    /// The peer did not answer the REQ or the REP in all the retries; or, for a UD QP, its
+    /// SIDR_REP refused (nobody serves the port, or the service rejected), as Linux reports it.
     Unreachable,
     /// Either side disconnected (DREQ sent and answered or timed out, or DREQ received).
     Disconnected,
@@ -90,4 +95,6 @@ pub struct CmEvent {
     pub initiator_depth: u8,
     /// The peer's QP number, once known.
     pub peer_qpn: u32,
+    /// For a UD service resolved with SIDR, the Q_Key its QP takes (0 otherwise).
+    pub q_key: u32,
 }

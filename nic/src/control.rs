@@ -123,7 +123,8 @@ pub enum Request {
         addr: SocketAddr,
     },
     /// Connects RC QP `qpn` to a listener at `dst`: the engine sends the REQ and answers with
-    /// [`Response::CmId`]; the outcome comes as an event.
+    /// [`Response::CmId`]; the outcome comes as an event. A UD QP resolves the UDP port space's
+    /// service at `dst` instead (SIDR_REQ).
     CmConnect {
         qpn: u32,
         #[serde(with = "fields::socket_addr")]
@@ -154,6 +155,12 @@ pub enum Request {
     /// timed-out error after `timeout`.
     CmGetEvent {
         timeout: Option<Duration>,
+    },
+    /// The RDMA CM's UDP port space: listens for SIDR requests to `addr` (UD services, as
+    /// udaddy's); answered with [`Response::CmId`].
+    CmListenUdp {
+        #[serde(with = "fields::socket_addr")]
+        addr: SocketAddr,
     },
 }
 

@@ -11,12 +11,13 @@ use roce_wire::EthernetAddress;
 
 use crate::pkey::{self, PKeyTable};
 use crate::ring::{Consumer, Geometry, Ring, RingError};
+use crate::transport::recv_queue::RecvQueue;
 use crate::transport::requester::SendState;
 use crate::transport::responder::{self, RecvState};
 use crate::transport::send_queue::SendQueue;
-use crate::transport::{psn, udp_src_port, Ctx, Path};
+use crate::transport::{psn, udp_src_port, Ctx, ErrorCause, Event, Path};
 use crate::verbs::types::{AddressVector, Gid, Mtu, QpAttr, QpCap, QpState, QpType, WcStatus};
-use crate::wqe::{recv_slot_size, send_slot_size};
+use crate::wqe::{recv_slot_size, send_slot_size, SendWqe};
 
 /// Current attribute values of a QP (what `query` reports).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -242,7 +243,7 @@ pub struct Qp {
     /// Where packets go (connected QPs, from RTR on).
     pub path: Option<Path>,
     pub sq: SendQueue,
-    pub rq: Consumer,
+    pub rq: RecvQueue,
     pub send: SendState,
     pub recv: RecvState,
     /// Every send request completes with an entry, signaled or not.
@@ -252,8 +253,19 @@ pub struct Qp {
     /// The P_Key of the partition the QP is in (the port's table at `attrs.pkey_index`): in
     /// every packet it sends, and what every packet it takes must match.
     pub p_key: u16,
-    rings: Arc<Region>,
+    rings: Rings,
+}
+
+/// The host's side of the QP's queues: the shared rings it posts into. Only the engine's
+/// methods below read them; the transport sees the requests they copy out.
+#[derive(Debug)]
+struct Rings {
+    region: Arc<Region>,
     geometry: (Geometry, Geometry),
+    sq: Consumer,
+    rq: Consumer,
+    /// Scratch space for one slot.
+    slot: Vec<u8>,
 }
 
 /// The ring geometry of a QP's send and receive queues in one region.
@@ -283,6 +295,7 @@ impl Qp {
         let (sq_geometry, rq_geometry) = ring_layout(&cap);
         let sq = Ring::create(Arc::clone(&rings), sq_geometry)?;
         let rq = Ring::create(Arc::clone(&rings), rq_geometry)?;
+        let (sq_capacity, rq_capacity) = (sq.capacity(), rq.capacity());
         Ok(Qp {
             qpn,
             qp_type,
@@ -294,21 +307,86 @@ impl Qp {
             state: QpState::Reset,
             attrs: Attrs::default(),
             path: None,
-            sq: SendQueue::new(crate::ring::Consumer::new(sq), &cap),
-            rq: Consumer::new(rq),
+            sq: SendQueue::new(sq_capacity, &cap),
+            rq: RecvQueue::new(rq_capacity, &cap),
             send: SendState::default(),
-            recv: RecvState::new(0, rq_geometry.slot_size, &cap),
+            recv: RecvState::new(0, &cap),
             sq_sig_all,
             rxe_compat: false,
             p_key: pkey::DEFAULT,
-            rings,
-            geometry: (sq_geometry, rq_geometry),
+            rings: Rings {
+                region: rings,
+                geometry: (sq_geometry, rq_geometry),
+                sq: Consumer::new(sq),
+                rq: Consumer::new(rq),
+                slot: vec![0; sq_geometry.slot_size.max(rq_geometry.slot_size)],
+            },
         })
     }
 
     /// The region holding the send and receive rings, and their geometry.
     pub fn rings(&self) -> (&Arc<Region>, Geometry, Geometry) {
-        (&self.rings, self.geometry.0, self.geometry.1)
+        let r = &self.rings;
+        (&r.region, r.geometry.0, r.geometry.1)
+    }
+
+    /// Copies newly posted send requests out of the ring (engine side); `check` validates each
+    /// one. Returns how many.
+    pub fn fetch_sends(&mut self, mut check: impl FnMut(&SendWqe) -> Option<WcStatus>) -> u32 {
+        let ud = self.qp_type == QpType::Ud;
+        let r = &mut self.rings;
+        let mut n = 0;
+        while !self.sq.is_full() && r.sq.next(&mut r.slot) {
+            if let Err(error) = self.sq.push(&r.slot, &self.cap, ud, &mut check) {
+                Event::MalformedSendRequest { error }.log();
+            }
+            n += 1;
+        }
+        n
+    }
+
+    /// Copies newly posted receive requests out of the ring (engine side). Returns how many.
+    pub fn fetch_receives(&mut self) -> u32 {
+        let r = &mut self.rings;
+        let mut n = 0;
+        while !self.rq.is_full() && r.rq.next(&mut r.slot) {
+            self.rq.push(&r.slot, &self.cap);
+            n += 1;
+        }
+        n
+    }
+
+    /// Requests posted to the rings and not yet fetched.
+    pub fn unfetched(&self) -> u32 {
+        self.rings.sq.available() + self.rings.rq.available()
+    }
+
+    /// Gives the host back the ring slots of the requests the transport is done with: send
+    /// requests retired, receive requests taken (engine side, before their completions are
+    /// published, so that a host posting again as soon as it sees one finds room).
+    pub fn release_slots(&mut self) {
+        let r = &mut self.rings;
+        let sq_done = r.sq.unreleased().saturating_sub(self.sq.outstanding());
+        r.sq.release(sq_done);
+        let rq_done = r.rq.unreleased().saturating_sub(self.rq.len());
+        r.rq.release(rq_done);
+    }
+
+    /// After the transport worked on the QP (engine side): slots back to the host and, in the
+    /// error state, every request posted so far completed with a flush error.
+    pub fn settle(&mut self, ctx: &mut Ctx<'_>) {
+        if self.state == QpState::Err
+            && (self.unfetched() > 0 || !self.sq.is_empty() || self.has_receives())
+        {
+            self.fetch_sends(|_| None);
+            self.fetch_receives();
+            self.flush(ctx);
+        }
+        self.release_slots();
+    }
+
+    fn has_receives(&self) -> bool {
+        !self.rq.is_empty() || self.recv.receive_active()
     }
 
     /// The current attributes, for `query`.
@@ -495,29 +573,36 @@ impl Qp {
             self.send.rnr_left = self.attrs.rnr_retry;
         }
         let from = self.state;
-        self.state = to;
         match to {
-            QpState::Err if from != QpState::Err => self.flush(ctx),
+            QpState::Err if from != QpState::Err => self.enter_error(ctx, ErrorCause::Requested),
             QpState::Reset => self.reset(),
             _ => {}
         }
+        self.state = to;
         // check_modify kept the index inside the table.
         self.p_key = pkeys.get(self.attrs.pkey_index).unwrap_or(pkey::DEFAULT);
     }
 
-    /// Moves the QP to the error state: every outstanding work request completes with a flush
-    /// error.
-    pub fn enter_error(&mut self, ctx: &mut Ctx<'_>) {
-        if self.state != QpState::Err {
-            self.state = QpState::Err;
-            self.flush(ctx);
+    /// Moves the QP to the error state: the one place this happens. Everything under way stops
+    /// at once; every outstanding work request completes with a flush error when the engine
+    /// settles the QP (see [`Qp::settle`]), in the order they were posted.
+    pub fn enter_error(&mut self, ctx: &mut Ctx<'_>, cause: ErrorCause) {
+        if self.state == QpState::Err {
+            return;
         }
+        self.state = QpState::Err;
+        self.send.timer = None;
+        self.send.rnr_wait = None;
+        self.send.probe_at = None;
+        responder::stop(self);
+        ctx.event(Event::QpError {
+            qpn: self.qpn,
+            cause,
+        });
     }
 
-    /// Completes all posted work with flush errors (in the error state, new posts too).
-    pub fn flush(&mut self, ctx: &mut Ctx<'_>) {
-        self.sq
-            .fetch(&self.cap, self.qp_type == QpType::Ud, |_| None);
+    /// Completes all fetched work with flush errors (in the error state, new posts too).
+    fn flush(&mut self, ctx: &mut Ctx<'_>) {
         while !self.sq.is_empty() {
             crate::transport::completer::complete_head(self, ctx, WcStatus::WrFlushErr);
         }
@@ -528,17 +613,33 @@ impl Qp {
 
     /// RESET: forget all work without completions and start over.
     fn reset(&mut self) {
-        while self.sq.fetch(&self.cap, false, |_| None) > 0 {}
-        while !self.sq.is_empty() {
-            self.sq.retire_head();
-        }
-        let mut slot = vec![0u8; self.rq.ring().slot_size()];
-        while self.rq.next(&mut slot) {
-            self.rq.release(1);
+        let mut wqe = crate::wqe::RecvWqe::with_capacity(&self.cap);
+        loop {
+            let fetched = self.fetch_sends(|_| None) + self.fetch_receives();
+            while !self.sq.is_empty() {
+                self.sq.retire_head();
+            }
+            while self.rq.take(&mut wqe).is_some() {}
+            self.release_slots();
+            if fetched == 0 {
+                break;
+            }
         }
         self.send = SendState::default();
-        self.recv = RecvState::new(0, self.geometry.1.slot_size, &self.cap);
+        self.recv = RecvState::new(0, &self.cap);
         self.path = None;
         self.attrs = Attrs::default();
+    }
+
+    /// The earliest time a timer of the QP's transport wants it looked at.
+    pub fn deadline(&self) -> Option<std::time::Instant> {
+        [
+            self.send.timer,
+            self.send.rnr_wait.map(|w| w.0),
+            self.send.probe_at,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 }

@@ -382,3 +382,234 @@ fn a_host_that_goes_away_disconnects_its_connections() {
     assert_eq!(e.kind, CmEventKind::Disconnected);
     assert_eq!(state(&bench.a), QpState::Err);
 }
+
+/// The agent tracks at most 4096 connections (`MAX_CONNECTIONS`): a host's connect beyond
+/// fails at once, and a REQ beyond is refused with REJ reason 3 (no resources) rather than
+/// taking the NIC's memory. Here b's 4096 REQs (all on one QP, never answered: a's host sits on
+/// them) fill both agents; one more connect on b fails; b gives one up, and its next REQ finds
+/// a's agent still full.
+#[test]
+fn connections_beyond_4096_are_refused_with_no_resources() {
+    // A long response timeout: nothing is sent again while the test runs.
+    let bench = bench(20);
+    let (a, b) = (&bench.a, &bench.b);
+    let rejs = bench.tap_a.record();
+    let _listener = a.ctx.cm_listen(addr(1, 7174)).unwrap();
+    let mut ids: Vec<CmId> = (0..4096)
+        .map(|n| {
+            b.ctx
+                .cm_connect(&b.qp, addr(1, 7174), &ConnParam::default())
+                .unwrap_or_else(|e| panic!("connect {n}: {e}"))
+        })
+        .collect();
+    match b
+        .ctx
+        .cm_connect(&b.qp, addr(1, 7174), &ConnParam::default())
+    {
+        Err(VerbsError::LimitReached { limit: 4096, .. }) => {}
+        other => panic!("connect 4097: {other:?}"),
+    }
+    // b gives one up (REJ, timeout, to a); a new QP connects once more.
+    drop(ids.pop());
+    let cq = b.ctx.create_cq(16).unwrap();
+    let qp =
+        b.pd.create_qp(QpType::Rc, &cq, &cq, QpCap::default())
+            .unwrap();
+    let last = b
+        .ctx
+        .cm_connect(&qp, addr(1, 7174), &ConnParam::default())
+        .unwrap();
+    let e = event(b);
+    assert_eq!(
+        (e.kind, e.id),
+        (CmEventKind::Rejected { reason: 3 }, last.id())
+    );
+    assert_eq!(qp.query().unwrap().qp_state, Some(QpState::Err));
+    let refused: Vec<u16> = rejs
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|m| match m {
+            Message::Rej(r) => Some(r.reason.0),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(refused, [3], "a's one REJ: no resources");
+}
+
+/// A UD QP resolves a UD service with SIDR: the SIDR_REQ reaches a's listener in the UDP port
+/// space (not its TCP listener on the same port), a accepts with its UD QP, and b learns that
+/// QP and the port space's Q_Key; both QPs end in RTS with that Q_Key.
+#[test]
+fn sidr_resolves_a_ud_service_in_the_udp_port_space() {
+    let (la, lb) = mem::pair();
+    let (dev_a, dev_b) = devices_with(la, lb, |c| c.cm_response_timeout = FAST_CM).unwrap();
+    let (a, b) = hosts(&dev_a, &dev_b, QpType::Ud, 64 << 10);
+    let _tcp = a.ctx.cm_listen(addr(1, 7174)).unwrap();
+    let udp = a.ctx.cm_listen_udp(addr(1, 7174)).unwrap();
+    let active = b
+        .ctx
+        .cm_connect(&b.qp, addr(1, 7174), &param(b"sidr"))
+        .unwrap();
+    let request = event(&a);
+    assert_eq!(request.kind, CmEventKind::ConnectRequest);
+    assert_eq!(request.listen_id, Some(udp.id()));
+    assert_eq!(request.peer.ip(), ip(2));
+    assert_eq!(&request.private_data[..4], b"sidr");
+    let passive = a.ctx.cm_request_id(&request);
+    passive.accept(&a.qp, &param(b"ok")).unwrap();
+    let e = event(&b);
+    assert_eq!((e.kind, e.id), (CmEventKind::Established, active.id()));
+    assert_eq!((e.peer_qpn, e.q_key), (a.qp.qp_num(), 0x0123_4567));
+    assert_eq!(&e.private_data[..2], b"ok");
+    for host in [&a, &b] {
+        let attr = host.qp.query().unwrap();
+        assert_eq!(attr.qp_state, Some(QpState::Rts));
+        assert_eq!(attr.qkey, Some(0x0123_4567));
+    }
+    // Nothing to tear down: no DREQ for a UD service, and no event on a's side.
+    active.disconnect().unwrap();
+    assert!(a.ctx.cm_event(Some(Duration::from_millis(200))).is_err());
+}
+
+/// A SIDR_REQ for a UDP port nobody serves is answered "service ID not supported" (status 1,
+/// as Linux's ib_cm answers), and a rejected one "rejected" (status 2) with the host's private
+/// data; the client sees either as unreachable, and its UD QP stays usable.
+#[test]
+fn sidr_refusals_are_unreachable_with_linux_statuses() {
+    let (la, lb) = mem::pair();
+    let (la, tap_a) = tap(la);
+    let (dev_a, dev_b) = devices_with(la, lb, |c| c.cm_response_timeout = FAST_CM).unwrap();
+    let (a, b) = hosts(&dev_a, &dev_b, QpType::Ud, 64 << 10);
+    let sent = tap_a.record();
+    let _nobody = b
+        .ctx
+        .cm_connect(&b.qp, addr(1, 7174), &ConnParam::default())
+        .unwrap();
+    assert_eq!(event(&b).kind, CmEventKind::Unreachable);
+    let _udp = a.ctx.cm_listen_udp(addr(1, 7174)).unwrap();
+    let _refused = b
+        .ctx
+        .cm_connect(&b.qp, addr(1, 7174), &ConnParam::default())
+        .unwrap();
+    let request = event(&a);
+    a.ctx.cm_request_id(&request).reject(b"no").unwrap();
+    let e = event(&b);
+    assert_eq!(e.kind, CmEventKind::Unreachable);
+    assert_eq!(&e.private_data[..2], b"no");
+    let statuses: Vec<u8> = sent
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|m| match m {
+            Message::SidrRep(r) => Some(r.status.0),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(statuses, [1, 2]);
+    assert_eq!(state(&b), QpState::Rts);
+}
+
+/// A lost SIDR_REQ is sent again; a lost SIDR_REP is sent again when the repeated SIDR_REQ
+/// comes, with the same answer.
+#[test]
+fn a_lost_sidr_req_or_rep_is_recovered() {
+    for (lost, on_a) in [
+        (AttributeId::SIDR_REQ, false),
+        (AttributeId::SIDR_REP, true),
+    ] {
+        let (la, lb) = mem::pair();
+        let (la, tap_a) = tap(la);
+        let (lb, tap_b) = tap(lb);
+        let (dev_a, dev_b) = devices_with(la, lb, |c| c.cm_response_timeout = FAST_CM).unwrap();
+        let (a, b) = hosts(&dev_a, &dev_b, QpType::Ud, 64 << 10);
+        let sent = if on_a { &tap_a } else { &tap_b }.lose_first(lost, 1);
+        let _udp = a.ctx.cm_listen_udp(addr(1, 7174)).unwrap();
+        let _active = b
+            .ctx
+            .cm_connect(&b.qp, addr(1, 7174), &ConnParam::default())
+            .unwrap();
+        let request = event(&a);
+        a.ctx
+            .cm_request_id(&request)
+            .accept(&a.qp, &ConnParam::default())
+            .unwrap();
+        let e = event(&b);
+        assert_eq!(e.kind, CmEventKind::Established, "{lost}");
+        assert_eq!(e.peer_qpn, a.qp.qp_num());
+        assert!(
+            sent.load(Ordering::SeqCst) >= 2,
+            "the lost {lost} was sent again"
+        );
+    }
+}
+
+/// Through the fault link (30% of frames lost, 10% duplicated, 10% reordered, both ways) the
+/// handshakes still form, again and again: the CM sends its REQ, REP and DREQ again, answers
+/// repeated REQs with an MRA and repeated REPs with the RTU again, and ignores what it has
+/// already handled. Every connection ends established on both sides with both QPs in RTS and
+/// aimed at each other, and every disconnect reaches both.
+#[test]
+fn handshakes_form_through_the_fault_link() {
+    use roce_nic::link::faults::{FaultSpec, Faulty};
+    let spec = |seed: u64| -> FaultSpec {
+        format!("drop=0.3,dup=0.1,reorder=0.1,seed={seed}")
+            .parse()
+            .unwrap()
+    };
+    let (la, lb) = mem::pair();
+    let (la, lb) = (Faulty::new(la, spec(14)), Faulty::new(lb, spec(41)));
+    let (stats_a, stats_b) = (la.stats(), lb.stats());
+    let (dev_a, dev_b) = devices_with(la, lb, |c| c.cm_response_timeout = FAST_CM).unwrap();
+    let (a, b) = hosts(&dev_a, &dev_b, QpType::Rc, 64 << 10);
+    let _listener = a.ctx.cm_listen(addr(1, 7174)).unwrap();
+    for round in 0..10 {
+        let reset = QpAttr {
+            qp_state: Some(QpState::Reset),
+            ..QpAttr::default()
+        };
+        for host in [&a, &b] {
+            host.qp.modify(&reset).unwrap();
+        }
+        let active = b
+            .ctx
+            .cm_connect(&b.qp, addr(1, 7174), &ConnParam::default())
+            .unwrap();
+        let request = event(&a);
+        assert_eq!(request.kind, CmEventKind::ConnectRequest, "round {round}");
+        let passive = a.ctx.cm_request_id(&request);
+        passive.accept(&a.qp, &ConnParam::default()).unwrap();
+        let e = event(&b);
+        assert_eq!(
+            (e.kind, e.id),
+            (CmEventKind::Established, active.id()),
+            "round {round}"
+        );
+        let e = event(&a);
+        assert_eq!(
+            (e.kind, e.id),
+            (CmEventKind::Established, passive.id()),
+            "round {round}"
+        );
+        for (me, peer) in [(&a, &b), (&b, &a)] {
+            let attr = me.qp.query().unwrap();
+            assert_eq!(attr.qp_state, Some(QpState::Rts), "round {round}");
+            assert_eq!(attr.dest_qp_num, Some(peer.qp.qp_num()), "round {round}");
+        }
+        active.disconnect().unwrap();
+        for (host, id) in [(&b, active.id()), (&a, passive.id())] {
+            let e = event(host);
+            assert_eq!(
+                (e.kind, e.id),
+                (CmEventKind::Disconnected, id),
+                "round {round}"
+            );
+        }
+    }
+    let dropped = stats_a.dropped.load(Ordering::Relaxed) + stats_b.dropped.load(Ordering::Relaxed);
+    assert!(
+        dropped > 0,
+        "the fault link lost nothing: nothing was tested"
+    );
+    println!("fault link: {dropped} MADs lost over 10 handshakes and teardowns");
+}

@@ -1,7 +1,8 @@
 //! The test programs RDMA users reach for first — rdma-core's `ibv_rc_pingpong`,
 //! `ibv_uc_pingpong`, `ibv_ud_pingpong`, `ibv_srq_pingpong` ([`pingpong`]) and perftest's
-//! `ib_{write,read,send,atomic}_{bw,lat}` ([`perftest`]) — on this emulator's verbs
-//! API, so that they can face the real tools across a wire.
+//! `ib_{write,read,send,atomic}_{bw,lat}` ([`perftest`], with `-R` through the RDMA CM), and
+//! librdmacm's `rping`, `ucmatose` and `udaddy` ([`rping`], [`ucmatose`], [`udaddy`]) — on this
+//! emulator's verbs API, so that they can face the real tools across a wire.
 //!
 //! Interoperating means saying exactly what the real tools say: the out-of-band TCP messages
 //! that swap QP numbers, PSNs, GIDs, rkeys and results (byte for byte, see
@@ -23,6 +24,7 @@ pub mod perftest;
 pub mod pingpong;
 pub mod rping;
 pub mod ucmatose;
+pub mod udaddy;
 
 pub use error::ToolError;
 pub use oob::{Limits, Role};

@@ -280,3 +280,56 @@ fn latency_tests_both_ways() {
         );
     }
 }
+
+/// `-R`: every test with its QPs connected through the RDMA CM and the exchange over a CM
+/// connection of its own (binary records, no TCP), both sides checking what they check over TCP.
+#[test]
+fn every_test_through_the_rdma_cm() {
+    for (test, size) in [
+        (Test::WriteBw, 65536),
+        (Test::ReadBw, 4096),
+        (Test::SendBw, 1000),
+        (Test::AtomicBw, 8),
+        (Test::WriteLat, 2),
+        (Test::SendLat, 2),
+        (Test::ReadLat, 64),
+        (Test::AtomicLat, 8),
+    ] {
+        let (server, server_out, client, client_out) = both(Options {
+            rdma_cm: true,
+            ..opts(test, size, 50)
+        });
+        for out in [&server_out, &client_out] {
+            assert!(out.contains(" Data ex. method : rdma_cm\n"), "{out}");
+        }
+        match (&client.result, test.is_bw()) {
+            (Measured::Bw(r), true) => assert_eq!((r.size, r.iters), (size, 50)),
+            (Measured::Lat(l), false) => assert_eq!((l.size, l.iters), (size, 50)),
+            (other, _) => panic!("{test:?}: {other:?}\n{client_out}"),
+        }
+        for outcome in [&server, &client] {
+            assert!(
+                outcome.verified.contains("50 ") || outcome.verified.contains("NIC"),
+                "{test:?}: {}",
+                outcome.verified
+            );
+        }
+        println!(
+            "{test:?} -R:\n  server: {}\n  client: {}",
+            server.verified, client.verified
+        );
+    }
+    // -a over the RDMA CM: every size on one connection.
+    for test in [Test::WriteBw, Test::SendLat] {
+        let (_, _, client, client_out) = both(Options {
+            rdma_cm: true,
+            all_sizes: true,
+            mtu: Some(Mtu::M1024),
+            ..opts(test, 65536, 5)
+        });
+        let Measured::Sweep(sizes) = &client.result else {
+            panic!("{test:?}: {client_out}")
+        };
+        assert_eq!(sizes.len(), 23, "{test:?}: {client_out}");
+    }
+}

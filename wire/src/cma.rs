@@ -38,6 +38,10 @@ fixed_header_view!(Layer::Cm, 36);
 /// The header version Linux sends (`CMA_VERSION`).
 pub const VERSION: u8 = 0x00;
 
+/// The Q_Key of the UD QPs of the RDMA CM's UDP port space (librdmacm's `RDMA_UDP_QKEY`): what
+/// a SIDR_REP names, and what both sides' QPs take.
+pub const UDP_QKEY: u32 = 0x0123_4567;
+
 /// The IP CM service ID prefix of annex A11: service IDs whose top five bytes are these are
 /// the RDMA CM's, and their private data starts with this header.
 pub const SERVICE_ID_PREFIX: u64 = 0x0000_0000_0100_0000;

@@ -4,12 +4,14 @@
 //! prints.
 
 use std::io::{self, BufRead, Write};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use roce_hostmem::{Access, Region};
+use roce_nic::cm::{CmEventKind, ConnParam};
 use roce_nic::verbs::{
-    CompletionQueue, Context, MemoryRegion, Mtu, QpCap, QpType, QueuePair, SendFlags, SendOp,
+    CmId, CompletionQueue, Context, MemoryRegion, Mtu, QpCap, QpType, QueuePair, SendFlags, SendOp,
     SendWr, Wc, WcStatus,
 };
 
@@ -25,7 +27,7 @@ pub struct ConnArgs {
     pub nic: String,
     /// The server's LID:QPN:PSN:GID, as `roce host serve` printed it.
     #[arg(long, value_name = "LID:QPN:PSN:GID")]
-    pub peer: String,
+    pub peer: Option<String>,
     /// Index of the GID to send from (1 is the NIC's IPv4 address).
     #[arg(long, default_value_t = 1)]
     pub gid_index: u8,
@@ -40,7 +42,12 @@ pub struct ConnArgs {
 impl ConnArgs {
     /// The server's endpoint, checked before anything is made.
     pub fn peer(&self) -> Result<Endpoint, Failure> {
-        self.peer.parse().map_err(Failure::usage)
+        match &self.peer {
+            Some(line) => line.parse().map_err(Failure::usage),
+            None => Err(Failure::usage(
+                "give the server's line with --peer LID:QPN:PSN:GID",
+            )),
+        }
     }
 
     /// Opens the NIC and makes a client with a buffer of `len` bytes; also returns this QP's
@@ -200,6 +207,40 @@ impl Client {
         connect_qp(&self.qp, peer, self.psn, self.mtu, self.gid_index).map_err(verbs_failure)
     }
 
+    /// Connects the QP through the RDMA CM to a `roce host listen` at `server`; returns the
+    /// connection (disconnected when dropped) and the served region the REP announced.
+    pub fn connect_cm(
+        &self,
+        ctx: &Context,
+        server: SocketAddr,
+        timeout: Duration,
+    ) -> Result<(CmId, Served), Failure> {
+        let id = ctx
+            .cm_connect(&self.qp, server, &ConnParam::default())
+            .map_err(verbs_failure)?;
+        let event = ctx.cm_event(Some(timeout)).map_err(verbs_failure)?;
+        match event.kind {
+            CmEventKind::Established => {}
+            CmEventKind::Rejected { reason: 8 } => {
+                return Err(Failure::new(format!(
+                    "nobody listens on {server} (its CM answered REJ, invalid service ID)"
+                )))
+            }
+            kind => {
+                return Err(Failure::new(format!(
+                    "connecting to {server}: the RDMA CM event {kind:?}"
+                )))
+            }
+        }
+        let served = Served::decode(&event.private_data).ok_or_else(|| {
+            Failure::new(format!(
+                "{server} accepted, but its REP does not describe a region (is it roce host \
+                 listen?)"
+            ))
+        })?;
+        Ok((id, served))
+    }
+
     /// Posts `op` at `va` with `rkey` and waits up to `timeout` for its completion; prints the
     /// completion and what came back (the bytes of a READ, the value before an atomic).
     pub fn run(
@@ -273,6 +314,37 @@ impl Client {
             Op::Write(_) | Op::Send(_) => {}
         }
         Ok(())
+    }
+}
+
+/// The region a `roce host listen` serves, as its REP's private data announces it: rkey (32
+/// bits), VA and length (64 bits each), big-endian.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Served {
+    pub rkey: u32,
+    pub va: u64,
+    pub len: u64,
+}
+
+impl Served {
+    pub const LEN: usize = 20;
+
+    pub fn encode(&self) -> [u8; Served::LEN] {
+        let mut out = [0u8; Served::LEN];
+        out[..4].copy_from_slice(&self.rkey.to_be_bytes());
+        out[4..12].copy_from_slice(&self.va.to_be_bytes());
+        out[12..].copy_from_slice(&self.len.to_be_bytes());
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> Option<Served> {
+        let bytes = bytes.get(..Served::LEN)?;
+        Some(Served {
+            rkey: u32::from_be_bytes(bytes[..4].try_into().ok()?),
+            va: u64::from_be_bytes(bytes[4..12].try_into().ok()?),
+            len: u64::from_be_bytes(bytes[12..].try_into().ok()?),
+        })
+        .filter(|s| s.len > 0)
     }
 }
 

@@ -1,10 +1,15 @@
-//! `roce host connect`: the initiator side, many work requests over one connection. It prints
-//! its `LID:QPN:PSN:GID` for the server like `post`, connects once the server has connected to
-//! it, then reads one operation a line from standard input and prints each completion. Once
-//! connected, the server's process has nothing more to do: stop it (`kill -STOP`) and the
-//! WRITEs, READs and atomics typed here still land, which is the bypass to watch.
+//! `roce host connect`: the initiator side, many work requests over one connection, made one of
+//! two ways. With `--peer LINE` (facing `roce host serve`) it prints its `LID:QPN:PSN:GID` for
+//! the server like `post` and connects once the server has connected to it — the exchange by
+//! hand that the pingpongs do over TCP. With `IP:PORT` (facing `roce host listen`) the NICs'
+//! connection managers do it: a REQ to the port, the REP with the server's QP and its region's
+//! rkey, VA and length, the RTU — nothing to copy between terminals. Either way it then reads
+//! one operation a line from standard input and prints each completion. Once connected, the
+//! server's process has nothing more to do: stop it (`kill -STOP`) and the WRITEs, READs and
+//! atomics typed here still land, which is the bypass to watch.
 
 use std::io::{self, BufRead};
+use std::net::SocketAddr;
 use std::process::ExitCode;
 
 use super::client::{ClientError, ConnArgs, Op};
@@ -15,8 +20,11 @@ use crate::Failure;
 
 pub const EXAMPLES: &str = "\\
 Examples:
+  roce host connect 10.0.0.2:7000 --nic nic0
+connects through the RDMA CM to roce host listen 7000 on 10.0.0.2 (its rkey comes in the REP);
   roce host connect --nic nic0 --peer LINE --rkey 0x100
-then, once the server has its line and Enter is pressed, one operation a line:
+connects by hand to roce host serve; then, once the server has its line and Enter is pressed,
+one operation a line:
   write 0 hello while you sleep
   read 0 5
   fetch-add 0x1000 1
@@ -34,10 +42,15 @@ operations, one a line (VA and numbers in decimal, 0x-hex or with a K, M or G su
 The end of standard input (Ctrl-D) ends the connection.";
 
 #[derive(clap::Args)]
+#[command(group = clap::ArgGroup::new("server").required(true).args(["listener", "peer"]))]
 pub struct Args {
+    /// A `roce host listen` to connect to through the RDMA CM (instead of --peer).
+    #[arg(value_name = "IP:PORT")]
+    listener: Option<SocketAddr>,
     #[command(flatten)]
     conn: ConnArgs,
-    /// The server's rkey (decimal or 0x-hex), for every operation but SEND.
+    /// The server's rkey (decimal or 0x-hex), for every operation but SEND; through the RDMA
+    /// CM, the REP gives it.
     #[arg(long)]
     rkey: Option<String>,
     /// Bytes of local buffer: the largest WRITE, READ or SEND (K, M, G suffixes).
@@ -95,17 +108,41 @@ fn parse_line(line: &str) -> Result<Line, Failure> {
 }
 
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
-    let peer = args.conn.peer()?;
-    let rkey = args.rkey.as_deref().map(parse_rkey).transpose()?;
+    let peer = match args.listener {
+        Some(_) => None,
+        None => Some(args.conn.peer()?),
+    };
+    let mut rkey = args.rkey.as_deref().map(parse_rkey).transpose()?;
     let buffer = roce_hostmem::parse_size(&args.buffer)
         .map_err(|e| Failure::usage(format!("--buffer {}: {e}", args.buffer)))?;
-    let (_ctx, mut client, me) = args.conn.open(buffer)?;
-    let Some(first) = client.introduce(&me) else {
-        return Ok(ExitCode::SUCCESS);
-    };
-    client.connect(&peer)?;
-    tell!("connected to {peer}; type an operation (help lists them)");
+    let (ctx, mut client, me) = args.conn.open(buffer)?;
     let timeout = args.conn.timeout();
+    // Kept for the connection's life: dropping it disconnects.
+    let mut _connection = None;
+    let first = match (args.listener, &peer) {
+        (Some(server), _) => {
+            let (id, served) = client.connect_cm(&ctx, server, timeout)?;
+            _connection = Some(id);
+            rkey = rkey.or(Some(served.rkey));
+            say!(
+                "connected to {server} through the RDMA CM: region rkey={:#010x} va={:#x} len={}",
+                served.rkey,
+                served.va,
+                served.len
+            );
+            tell!("type an operation (help lists them)");
+            String::new()
+        }
+        (None, Some(peer)) => {
+            let Some(first) = client.introduce(&me) else {
+                return Ok(ExitCode::SUCCESS);
+            };
+            client.connect(peer)?;
+            tell!("connected to {peer}; type an operation (help lists them)");
+            first
+        }
+        (None, None) => return Err(Failure::usage("give IP:PORT or --peer")),
+    };
     let rest = io::stdin().lock().lines().map_while(Result::ok);
     for line in std::iter::once(first).chain(rest) {
         let (op, va) = match parse_line(&line) {
@@ -138,7 +175,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             Err(ClientError::Failed { op, status }) => {
                 return Err(Failure::new(format!(
                     "the {op} failed: {status}; the connection is broken (its QP is in the \
-                     error state): start roce host connect again and give the server its line"
+                     error state): start roce host connect again"
                 )))
             }
         }

@@ -1,12 +1,14 @@
 //! `roce host`: a host program at a shell, attached to a running `roce nic`. `serve` keeps a
 //! registered region and a QP for peers to use; `post` connects a QP to it and posts one work
-//! request; `connect` connects one and posts many; `info` describes the NIC. QPs die with the
-//! process that made them, so the target side stays running.
+//! request; `connect` connects one and posts many; `listen` serves a region through the RDMA
+//! CM, to which `connect IP:PORT` connects with no line to copy; `info` describes the NIC. QPs
+//! die with the process that made them, so the target side stays running.
 
 mod client;
 mod connect;
 mod endpoint;
 mod info;
+mod listen;
 mod post;
 mod serve;
 
@@ -29,10 +31,15 @@ pub enum Command {
     /// Connect a QP to a serving peer and post one RDMA WRITE, READ, SEND or atomic.
     #[command(after_long_help = post::EXAMPLES)]
     Post(post::Args),
-    /// Connect a QP to a serving peer and post the operations typed on standard input, one a
-    /// line: they go on while the server is stopped.
+    /// Connect a QP to a peer — `roce host listen` at IP:PORT through the RDMA CM, or `roce
+    /// host serve` by its line (--peer) — and post the operations typed on standard input, one
+    /// a line: they go on while the server is stopped.
     #[command(after_long_help = connect::EXAMPLES)]
     Connect(connect::Args),
+    /// Serve a region through the RDMA CM on PORT: each `roce host connect IP:PORT` gets a QP,
+    /// and the region's rkey in the REP; print connections and completions until Ctrl-C.
+    #[command(after_long_help = listen::EXAMPLES)]
+    Listen(listen::Args),
     /// Describe a running NIC: MAC, GIDs, MTU and limits, and with --counters its counters.
     #[command(after_long_help = info::EXAMPLES)]
     Info(info::Args),
@@ -43,6 +50,7 @@ pub fn run(cmd: Command) -> Result<ExitCode, Failure> {
         Command::Serve(args) => serve::run(args),
         Command::Post(args) => post::run(args),
         Command::Connect(args) => connect::run(args),
+        Command::Listen(args) => listen::run(args),
         Command::Info(args) => info::run(args),
     }
 }

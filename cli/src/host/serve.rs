@@ -74,7 +74,7 @@ pub struct Args {
 }
 
 /// The region: attached if it exists, otherwise created (and removed again at exit).
-fn region(name: &str, size: Option<usize>) -> Result<Region, Failure> {
+pub(super) fn region(name: &str, size: Option<usize>) -> Result<Region, Failure> {
     match Region::attach(name) {
         Ok(region) => Ok(region),
         Err(roce_hostmem::RegionError::NotFound { .. }) => {

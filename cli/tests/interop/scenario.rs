@@ -14,6 +14,8 @@ pub enum Kind {
     Rping,
     /// `ucmatose` against `roce ucmatose`, connected through the RDMA CM.
     Ucmatose,
+    /// `udaddy` against `roce udaddy`: UD, the server's QP found through the RDMA CM (SIDR).
+    Udaddy,
 }
 
 #[derive(Debug, Clone)]
@@ -51,6 +53,7 @@ impl Scenario {
             Kind::Perftest(name) => format!("ib_{name}"),
             Kind::Rping => "rping".into(),
             Kind::Ucmatose => "ucmatose".into(),
+            Kind::Udaddy => "udaddy".into(),
         }
     }
 
@@ -87,6 +90,18 @@ impl Scenario {
             // perftest wants -F in a VM: it cannot read a CPU frequency there.
             Kind::Perftest(_) => "-x 1 -F",
             Kind::Rping => return self.rping_guest_command(port),
+            // udaddy's port is always 7174 (its -p is the port space).
+            Kind::Udaddy => {
+                let tool = format!(
+                    "timeout {GUEST_TOOL_LIMIT_S} udaddy {}",
+                    self.args.join(" ")
+                );
+                return if self.guest_serves {
+                    format!("{tool} -b {}", super::guest::GUEST_IP)
+                } else {
+                    format!("client {tool} -s {NIC_IP}")
+                };
+            }
             Kind::Ucmatose => {
                 let tool = format!(
                     "timeout {GUEST_TOOL_LIMIT_S} ucmatose -p {port} {}",
@@ -140,13 +155,18 @@ impl Scenario {
                 vec!["rping".into(), role.into(), "-v".into()]
             }
             Kind::Ucmatose => vec!["ucmatose".into()],
+            Kind::Udaddy => vec!["udaddy".into()],
+        };
+        let port = match self.kind {
+            Kind::Udaddy => roce_tools::udaddy::DEFAULT_PORT,
+            _ => port,
         };
         args.extend(["-p".into(), port.to_string()]);
         args.extend(self.args.iter().cloned());
         if self.guest_serves {
             match self.kind {
                 Kind::Rping => args.push("-a".into()),
-                Kind::Ucmatose => args.push("-s".into()),
+                Kind::Ucmatose | Kind::Udaddy => args.push("-s".into()),
                 _ => {}
             }
             args.push(super::guest::GUEST_IP.into());
@@ -197,8 +217,8 @@ impl Scenario {
                 let who = if self.guest_serves { "server " } else { "" };
                 Some(format!("\n{who}ping data: rdma-ping-{}: ", count - 1))
             }
-            // The real one checks nothing it received: it completed, and said so.
-            Kind::Ucmatose => Some("\ndata transfers complete\n".into()),
+            // The real ones check nothing they received: they completed, and said so.
+            Kind::Ucmatose | Kind::Udaddy => Some("\ndata transfers complete\n".into()),
             Kind::Perftest("read_lat" | "atomic_lat") if self.guest_serves => None,
             // `-a`: both sides end on the line of the largest size.
             Kind::Perftest(_) if self.args.iter().any(|a| a == "-a") => Some(" 8388608 ".into()),
@@ -237,7 +257,8 @@ impl Group {
 
 /// The guest script's helpers. `client` retries (at most 240 times, 0.5 s apart: longer than
 /// a scenario of ours may take, so that one failure does not make the next fail too) while the
-/// server is not listening yet (for rping and ucmatose: while the CM answers REJ); `scenario`
+/// server is not listening yet (for rping, ucmatose and perftest's `-R`: while the CM answers
+/// REJ, which perftest reports as "Unable to init the socket connection"); `scenario`
 /// frames a run's output for [`super::guest::Console`].
 pub const GUEST_PRELUDE: &str = r#"
 client() {
@@ -245,7 +266,7 @@ client() {
   while :; do
     "$@" >/tmp/out 2>&1
     rc=$?
-    if [ $rc -ne 0 ] && grep -Eq "Couldn't connect|Unable to open file descriptor|Connection refused|RDMA_CM_EVENT_REJECTED|event: RDMA_CM_EVENT_REJECTED" /tmp/out && [ $i -lt 240 ]; then
+    if [ $rc -ne 0 ] && grep -Eq "Couldn't connect|Unable to open file descriptor|Connection refused|RDMA_CM_EVENT_REJECTED|event: RDMA_CM_EVENT_REJECTED|event: RDMA_CM_EVENT_UNREACHABLE|Unable to init the socket connection" /tmp/out && [ $i -lt 240 ]; then
       i=$((i + 1)); sleep 0.5; continue
     fi
     cat /tmp/out

@@ -308,6 +308,11 @@ impl Proc {
         stdin.flush().unwrap();
     }
 
+    /// Closes the process's standard input: the end of what a person types (Ctrl-D).
+    pub fn close_stdin(&mut self) {
+        self.stdin.take();
+    }
+
     pub fn signal(&self, signal: libc::c_int) {
         // SAFETY: kill(2) of our own child, by its PID.
         assert_eq!(unsafe { libc::kill(self.pid(), signal) }, 0);

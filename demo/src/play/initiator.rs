@@ -104,9 +104,11 @@ impl Initiator {
         let rkey = target.rkey;
         match plan.scenario {
             // allreduce posts its own work requests (crate::allreduce::host).
-            Scenario::Write | Scenario::Loss | Scenario::TcpVsRdma | Scenario::Allreduce => {
-                SendOp::RdmaWrite { remote_addr, rkey }
-            }
+            Scenario::Write
+            | Scenario::Loss
+            | Scenario::TcpVsRdma
+            | Scenario::Allreduce
+            | Scenario::Connect => SendOp::RdmaWrite { remote_addr, rkey },
             Scenario::Read => SendOp::RdmaRead { remote_addr, rkey },
             Scenario::Send => SendOp::Send,
             // The immediate tells the target where the data is: its offset in the region.

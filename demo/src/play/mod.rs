@@ -73,6 +73,9 @@ pub fn run(options: &Options, observer: &mut dyn Observer) -> Result<(), DemoErr
     if options.scenario == Scenario::Allreduce {
         return crate::allreduce::run(options, observer);
     }
+    if options.scenario == Scenario::Connect {
+        return crate::connect::run(options, observer);
+    }
     if options.hosts.is_some() {
         return Err(DemoError::Usage(
             "--hosts applies to the allreduce scenario only".into(),

@@ -1,5 +1,8 @@
-//! A NIC's logged decision in plain words, with the values it logged. Events the demo has no
-//! words for are shown as the NIC wrote them: the message and its fields.
+//! A NIC's logged decision in plain words, with the values it logged, recognised by its typed
+//! kind ([`EventKind`]) and never by its message. Events the demo has no words for are shown
+//! as the NIC wrote them: the message and its fields.
+
+use roce_nic::transport::EventKind;
 
 use crate::events::NicEvent;
 
@@ -7,109 +10,110 @@ use crate::events::NicEvent;
 pub fn sentence(e: &NicEvent) -> String {
     let n = |key: &str| e.number(key).unwrap_or(0);
     let t = |key: &str| e.text(key).unwrap_or_default();
-    match e.message.as_str() {
-        "frame in: headers parsed" => format!(
+    use EventKind as K;
+    match e.kind {
+        Some(K::FrameIn) => format!(
             "a {}-byte frame arrives: Ethernet, IPv4, UDP port 4791 and the transport headers parse",
             n("len")
         ),
-        "ICRC ok" => "ICRC ok: the invariant CRC the sender computed over the packet matches".into(),
-        "bad ICRC: packet dropped" => format!(
+        Some(K::IcrcOk) => "ICRC ok: the invariant CRC the sender computed over the packet matches".into(),
+        Some(K::BadIcrc) => format!(
             "bad ICRC (expected {}, found {}): packet dropped",
             t("expected"),
             t("found")
         ),
-        "PSN in sequence" => format!(
+        Some(K::InSequence) => format!(
             "QP {:#08x} exists and is connected; PSN {} is the one it expects",
             e.packet.as_ref().and_then(|p| p.qpn).unwrap_or(0),
             e.psn().unwrap_or(0)
         ),
-        "packet ahead of the expected PSN: sequence NAK" => format!(
+        Some(K::SequenceNak) => format!(
             "PSN {} is ahead of the expected PSN {}: a packet is missing, so it sends a \
              sequence NAK for {} and drops this one",
             e.psn().unwrap_or(0),
             n("expected"),
             n("expected")
         ),
-        "SEND with no receive posted: RNR NAK" => {
+        Some(K::RnrNakSent) => {
             "a SEND, but the target has posted no receive: RNR NAK (receiver not ready)".into()
         }
-        "rkey checked: WRITE allowed" | "rkey checked: READ allowed" => format!(
+        Some(K::WriteAllowed | K::ReadAllowed) => format!(
             "rkey {} names a registered region; {} bytes from VA {} lie inside it and it allows \
              remote {}",
             t("rkey"),
             n("len"),
             t("va"),
-            if e.message.ends_with("WRITE allowed") { "writes" } else { "reads" }
+            if e.is(K::WriteAllowed) { "writes" } else { "reads" }
         ),
-        "DMA: WRITE data placed in host memory" => format!(
+        Some(K::WritePlaced) => format!(
             "DMA: {} bytes written into the target's memory ({}) at offset {:#x}",
             n("len"),
             region_name(&t("region")),
             n("region_offset")
         ),
-        "DMA: READ response data read from host memory" => format!(
+        Some(K::ReadResponseSent) => format!(
             "DMA: {} bytes read from the target's memory for the READ response (PSN {})",
             n("len"),
             n("psn")
         ),
-        "SEND data placed in the posted receive" => format!(
+        Some(K::SendPlaced) => format!(
             "DMA: {} bytes placed in the receive buffer the target posted, at offset {}",
             n("len"),
             n("offset")
         ),
-        "atomic executed on host memory" => format!(
+        Some(K::AtomicExecuted) => format!(
             "atomic executed on the target's memory ({}) at offset {:#x}: the value before was {}",
             region_name(&t("region")),
             n("region_offset"),
             n("original")
         ),
-        "ACK sent" => format!("acknowledgement sent for PSN {}: {}", n("psn"), t("syndrome")),
-        "atomic ACK sent" => format!(
+        Some(K::AckSent) => format!("acknowledgement sent for PSN {}: {}", n("psn"), t("syndrome")),
+        Some(K::AtomicAckSent) => format!(
             "atomic acknowledgement sent for PSN {} carrying the original value {}",
             n("psn"),
             n("original")
         ),
-        "receive completed" => format!(
+        Some(K::ReceiveCompleted) => format!(
             "receive completed ({}, {} bytes): a completion for the target program",
             t("status"),
             n("len")
         ),
-        "NAK received" => format!("NAK received for PSN {}: {}", n("psn"), t("nak")),
-        "RNR NAK: the peer has no receive posted; waiting" => format!(
+        Some(K::NakReceived) => format!("NAK received for PSN {}: {}", n("psn"), t("nak")),
+        Some(K::RnrWait) => format!(
             "RNR NAK received for PSN {}: waits {:.2} ms (the target's RNR timer), then sends again",
             n("psn"),
             n("wait_us") as f64 / 1000.0
         ),
-        "RNR wait over: sending again" => format!("RNR wait over: sends PSN {} again", n("psn")),
-        "go-back-N" => format!("go-back-N: sends again from PSN {} ({})", n("psn"), t("why")),
-        "retransmission timeout: going back" => format!(
+        Some(K::RnrWaitOver) => format!("RNR wait over: sends PSN {} again", n("psn")),
+        Some(K::GoBack) => format!("go-back-N: sends again from PSN {} ({})", n("psn"), t("why")),
+        Some(K::RetransmitTimeout) => format!(
             "retransmission timer expired: sends again from PSN {}",
             n("psn")
         ),
-        "line quiet: probing with the oldest unacknowledged packet" => format!(
+        Some(K::Probe) => format!(
             "the line went quiet with PSN {} unacknowledged: sends it again asking for an ACK",
             n("psn")
         ),
-        "send request completed" => format!(
+        Some(K::SendCompleted) => format!(
             "work request {} retired ({}): a completion for the initiator program",
             n("wr_id"),
             t("status")
         ),
-        "READ response data placed" => format!(
+        Some(K::ReadResponsePlaced) => format!(
             "DMA: {} bytes of the READ response written into the initiator's buffer at offset {}",
             n("len"),
             n("offset")
         ),
-        "atomic result placed" => format!(
+        Some(K::AtomicResultPlaced) => format!(
             "DMA: the original value {} written into the initiator's buffer",
             n("original")
         ),
-        "duplicate request" => format!(
+        Some(K::Duplicate) => format!(
             "PSN {} was already executed (expecting {}): acknowledged again, not executed again",
             e.psn().unwrap_or(0),
             n("expected")
         ),
-        "memory registered" => format!(
+        Some(K::MemoryRegistered) => format!(
             "memory registered: rkey {}, VA {}, {} bytes, {}",
             t("rkey"),
             t("va"),
@@ -144,13 +148,14 @@ mod tests {
     use crate::Side;
     use std::time::Duration;
 
-    fn event(message: &str, fields: serde_json::Value) -> NicEvent {
+    fn event(kind: Option<EventKind>, message: &str, fields: serde_json::Value) -> NicEvent {
         NicEvent {
             nic: Side::Target,
             at: Duration::ZERO,
             level: "TRACE".into(),
-            target: "roce_nic::transport::responder".into(),
+            target: "roce_nic::transport::event".into(),
             message: message.into(),
+            kind,
             fields: fields.as_object().unwrap().clone(),
             packet: Some(PacketTag {
                 span: "responder".into(),
@@ -166,22 +171,40 @@ mod tests {
         use serde_json::json;
         assert_eq!(
             sentence(&event(
+                Some(EventKind::WritePlaced),
                 "DMA: WRITE data placed in host memory",
                 json!({"region": "demo1t-mem", "region_offset": 64, "len": 69})
             )),
             "DMA: 69 bytes written into the target's memory (region demo1t-mem) at offset 0x40"
         );
         assert_eq!(
-            sentence(&event("PSN in sequence", json!({}))),
+            sentence(&event(
+                Some(EventKind::InSequence),
+                "PSN in sequence",
+                json!({})
+            )),
             "QP 0x000012 exists and is connected; PSN 77 is the one it expects"
         );
         assert_eq!(
-            sentence(&event("rkey checked: WRITE allowed", json!({"rkey": "0x201", "va": "0x7f0000000040", "len": 69}))),
+            sentence(&event(Some(EventKind::WriteAllowed), "rkey checked: WRITE allowed", json!({"rkey": "0x201", "va": "0x7f0000000040", "len": 69}))),
             "rkey 0x201 names a registered region; 69 bytes from VA 0x7f0000000040 lie inside it and it allows remote writes"
         );
         assert_eq!(
-            sentence(&event("something new", json!({"a": 1, "b": "x"}))),
+            sentence(&event(None, "something new", json!({"a": 1, "b": "x"}))),
             "something new a=1 b=x"
         );
+    }
+
+    #[test]
+    fn the_kind_not_the_wording_picks_the_sentence() {
+        use serde_json::json;
+        let reworded = event(
+            Some(EventKind::AckSent),
+            "acknowledged, in other words",
+            json!({"psn": 9, "syndrome": "ACK"}),
+        );
+        assert_eq!(sentence(&reworded), "acknowledgement sent for PSN 9: ACK");
+        let untyped = event(None, "ACK sent", json!({"psn": 9}));
+        assert_eq!(sentence(&untyped), "ACK sent psn=9");
     }
 }

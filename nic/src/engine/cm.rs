@@ -14,6 +14,9 @@
 //! answered as `ib_cm` answers them: a repeated REQ not yet accepted gets an MRA, a repeated REP
 //! gets the RTU again, a DREQ in timewait gets the DREP again. A disconnected ID stays in
 //! timewait for a while, answering late MADs, before it is forgotten.
+//!
+//! UD services (the RDMA CM's UDP port space, udaddy's) are resolved rather than connected:
+//! SIDR_REQ and SIDR_REP, in [`sidr`].
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
@@ -28,6 +31,8 @@ use smoltcp::wire::IpAddress;
 use tracing::{debug, info};
 
 use super::{Engine, GSI_QPN};
+
+mod sidr;
 use crate::cm::{CmEvent, CmEventKind, ConnParam, REJ_PRIVATE_DATA, REP_PRIVATE_DATA};
 use crate::control::{ClientId, Reply, Response};
 use crate::qp::MAX_RD_ATOMIC;
@@ -67,6 +72,12 @@ enum State {
     Timewait,
     /// Over: the ID waits only for its owner to destroy it.
     Closed,
+    /// Active, UD: SIDR_REQ sent, no SIDR_REP yet.
+    SidrReqSent,
+    /// Passive, UD: SIDR_REQ received, the host has not answered.
+    SidrReqRcvd,
+    /// Passive, UD: SIDR_REP sent; kept a while to send it again for a repeated SIDR_REQ.
+    SidrRepSent,
 }
 
 /// A host's listening ID.
@@ -74,6 +85,8 @@ struct Listener {
     owner: ClientId,
     /// The address listened on; an unspecified IP listens on every address of the port.
     addr: SocketAddr,
+    /// TCP (connections, REQ) or UDP (UD services, SIDR_REQ).
+    space: PortSpace,
 }
 
 /// One connection, as one side of it sees it. Its key is the local communication ID.
@@ -112,6 +125,10 @@ struct Conn {
     deadline: Option<Instant>,
     /// The user's private data of the REQ (passive side).
     req_private: Vec<u8>,
+    /// A UD service's resolution (SIDR) rather than a connection.
+    sidr: bool,
+    /// The Q_Key a SIDR_REP named (active side).
+    q_key: u32,
 }
 
 /// A host waiting for its next event.
@@ -219,6 +236,7 @@ impl Engine {
         &mut self,
         client: ClientId,
         addr: SocketAddr,
+        space: PortSpace,
     ) -> Result<Response, VerbsError> {
         if !addr.ip().is_unspecified() && !self.local_ips.contains(&addr.ip()) {
             return Err(VerbsError::Io(std::io::Error::new(
@@ -227,7 +245,8 @@ impl Engine {
             )));
         }
         let taken = self.cm.listeners.values().any(|l| {
-            l.addr.port() == addr.port()
+            l.space == space
+                && l.addr.port() == addr.port()
                 && (l.addr.ip() == addr.ip()
                     || l.addr.ip().is_unspecified()
                     || addr.ip().is_unspecified())
@@ -244,9 +263,10 @@ impl Engine {
             Listener {
                 owner: client,
                 addr,
+                space,
             },
         );
-        info!(id, %addr, "CM listening");
+        info!(id, %addr, %space, "CM listening");
         Ok(Response::CmId(id))
     }
 
@@ -260,9 +280,12 @@ impl Engine {
         param: ConnParam,
     ) -> Result<Response, VerbsError> {
         let qp = self.qp(client, qpn)?;
+        if qp.qp_type == QpType::Ud {
+            return self.sidr_resolve(client, qpn, dst, param);
+        }
         if qp.qp_type != QpType::Rc {
             return Err(VerbsError::Invalid(
-                "the RDMA CM connects RC QPs (UD services use SIDR)".into(),
+                "the RDMA CM connects RC QPs, and resolves UD services".into(),
             ));
         }
         if !matches!(qp.state, QpState::Reset | QpState::Init) {
@@ -377,6 +400,8 @@ impl Engine {
             max_retries: MAX_CM_RETRIES,
             deadline: None,
             req_private: Vec::new(),
+            sidr: false,
+            q_key: 0,
         };
         self.cm.conns.insert(id, conn);
         info!(id, qpn, %local, peer = %dst, "CM: REQ sent");
@@ -392,6 +417,9 @@ impl Engine {
         qpn: u32,
         param: ConnParam,
     ) -> Result<Response, VerbsError> {
+        if self.cm_conn(client, id)?.sidr {
+            return self.sidr_accept(id, client, qpn, param);
+        }
         let qp = self.qp(client, qpn)?;
         if qp.qp_type != QpType::Rc || !matches!(qp.state, QpState::Reset | QpState::Init) {
             return Err(VerbsError::Invalid(format!(
@@ -456,6 +484,9 @@ impl Engine {
         private_data: &[u8],
     ) -> Result<Response, VerbsError> {
         let conn = self.cm_conn(client, id)?;
+        if conn.sidr && conn.state == State::SidrReqRcvd {
+            return self.sidr_reject(id, private_data);
+        }
         if !matches!(conn.state, State::ReqRcvd | State::MraSent) {
             return Err(VerbsError::Invalid(format!(
                 "CM ID {id:#x} has no connect request to reject"
@@ -477,6 +508,10 @@ impl Engine {
         id: u32,
     ) -> Result<Response, VerbsError> {
         let conn = self.cm_conn(client, id)?;
+        if conn.sidr {
+            // A UD service has nothing to disconnect (rdma_disconnect does nothing there).
+            return Ok(Response::Done);
+        }
         match conn.state {
             State::Established | State::RepSent => {
                 self.cm_send_dreq(id);
@@ -595,7 +630,12 @@ impl Engine {
                     self.cm.conns.remove(&id);
                 }
             }
-            State::ReqSent | State::RepSent | State::DreqSent if conn.tries_left > 0 => {
+            State::SidrRepSent => {
+                self.cm.conns.remove(&id);
+            }
+            State::ReqSent | State::RepSent | State::DreqSent | State::SidrReqSent
+                if conn.tries_left > 0 =>
+            {
                 conn.tries_left -= 1;
                 conn.deadline = Some(now + interval);
                 if let Some((tid, message)) = conn.pending {
@@ -604,11 +644,12 @@ impl Engine {
                     self.cm_send(to, tid, &message);
                 }
             }
-            State::ReqSent | State::RepSent => {
+            State::ReqSent | State::RepSent | State::SidrReqSent => {
                 info!(id, state = ?conn.state, "CM: the peer never answered: unreachable");
                 conn.state = State::Closed;
                 conn.pending = None;
-                let qpn = conn.qpn;
+                // A UD QP serves any number of peers: a resolution that failed leaves it be.
+                let qpn = conn.qpn.filter(|_| !conn.sidr);
                 self.cm_qp_error(qpn);
                 self.cm_event(id, CmEventKind::Unreachable, Vec::new());
             }
@@ -638,9 +679,8 @@ impl Engine {
             Message::Rej(r) => self.cm_on_rej(&r, src),
             Message::Dreq(r) => self.cm_on_dreq(tid, &r, src, dst, mac),
             Message::Drep(r) => self.cm_on_drep(&r, src),
-            Message::SidrReq(_) | Message::SidrRep(_) => {
-                debug!("CM: SIDR (UD services) is not served: ignored")
-            }
+            Message::SidrReq(r) => self.sidr_on_req(tid, &r, src, dst, mac),
+            Message::SidrRep(r) => self.sidr_on_rep(&r, src),
         }
     }
 
@@ -708,7 +748,8 @@ impl Engine {
             return refuse(self, rej::Reason::INVALID_SERVICE_ID);
         };
         let listener = self.cm.listeners.iter().find(|(_, l)| {
-            l.addr.port() == port
+            l.space == PortSpace::Tcp
+                && l.addr.port() == port
                 && (l.addr.ip() == dst
                     || (l.addr.ip().is_unspecified() && l.addr.is_ipv4() == dst.is_ipv4()))
         });
@@ -762,6 +803,8 @@ impl Engine {
             max_retries: r.max_cm_retries,
             deadline: None,
             req_private: r.private_data.as_bytes()[cma::HEADER_LEN..].to_vec(),
+            sidr: false,
+            q_key: 0,
         };
         self.cm.conns.insert(id, conn);
         info!(id, listen_id, peer = %SocketAddr::new(src, header.src_port), peer_qpn = r.local_qpn, "CM: connect request");
@@ -1019,7 +1062,7 @@ impl Engine {
         let Some(qpn) = qpn else { return };
         self.with_qp(qpn, |qp, ctx| {
             if qp.state != QpState::Reset {
-                qp.enter_error(ctx);
+                qp.enter_error(ctx, crate::transport::ErrorCause::Requested);
             }
         });
     }
@@ -1099,6 +1142,10 @@ impl Engine {
         let Some(conn) = self.cm.conns.get(&id) else {
             return;
         };
+        if conn.sidr {
+            self.sidr_abandon(id);
+            return;
+        }
         match conn.state {
             State::ReqRcvd | State::MraSent | State::RepSent => {
                 self.cm_reject_conn(id, rej::Reason::CONSUMER_DEFINED, &[])
@@ -1106,6 +1153,7 @@ impl Engine {
             State::ReqSent => self.cm_reject_conn(id, rej::Reason::TIMEOUT, &[]),
             State::Established => self.cm_send_dreq(id),
             State::DreqSent | State::Timewait | State::Closed => {}
+            State::SidrReqSent | State::SidrReqRcvd | State::SidrRepSent => {}
         }
         let conn = self.cm.conns.get_mut(&id).expect("still there");
         conn.owner = None;
@@ -1134,6 +1182,7 @@ impl Engine {
             responder_resources: conn.peer_resources.0,
             initiator_depth: conn.peer_resources.1,
             peer_qpn: conn.peer_qpn,
+            q_key: conn.q_key,
         };
         let mut event = Some(event);
         while let Some(at) = self.cm.waiters.iter().position(|w| w.client == client) {

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use crossbeam::channel::Receiver;
 use roce_hostmem::{MrTable, PdId};
 use smoltcp::wire::IpCidr;
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
 use crate::buf::BufPool;
 use crate::control::{ClientId, Command, Control, Request};
@@ -32,8 +32,8 @@ use crate::cq::CqTable;
 use crate::link::Link;
 use crate::port::IpStack;
 use crate::qp::{PortInfo, Qp};
-use crate::transport::{completer, requester, responder, Ctx, Path, Tx};
-use crate::verbs::types::{QpState, QpType};
+use crate::transport::{self, requester, responder, Ctx, ErrorCause, Event, Output, Path, Tx};
+use crate::verbs::types::{QpState, Wc};
 use crate::waker::{Interest, Waker};
 use neighbours::NeighbourNeed;
 
@@ -82,6 +82,9 @@ pub(crate) struct Engine {
     client_hosts: HashMap<ClientId, u32>,
     /// QPs owed an ACK after the current batch of received frames.
     acks_due: Vec<u32>,
+    /// Completions the transport made, held until their QP's ring slots are released (kept to
+    /// reuse its allocation).
+    completions: Vec<(u32, Wc)>,
     local_ips: Vec<IpAddr>,
     /// When the link next wants servicing (frames it holds back).
     link_deadline: Option<Instant>,
@@ -150,6 +153,7 @@ impl Engine {
             limits: setup.limits,
             client_hosts: HashMap::new(),
             acks_due: Vec::new(),
+            completions: Vec::new(),
             local_ips: setup.local_ips,
             link_deadline: None,
             ip_stack,
@@ -292,12 +296,12 @@ impl Engine {
     fn transmit(&mut self) -> bool {
         let mut busy = false;
         let now = Instant::now();
-        let ah_pds = std::mem::take(&mut self.ah_pds);
-        let (qps, mut ctx) = self.split(now);
+        let (qps, mut io) = self.io();
         for qp in qps.iter_mut() {
-            busy |= work(qp, &mut ctx, &ah_pds);
+            let overran = io.cqs().overran(qp.send_cq) || io.cqs().overran(qp.recv_cq);
+            let ah_pds = io.ah_pds;
+            busy |= io.drive(qp, now, |qp, ctx| work(qp, ctx, overran, ah_pds));
         }
-        self.ah_pds = ah_pds;
         busy
     }
 
@@ -305,11 +309,10 @@ impl Engine {
         let now = Instant::now();
         self.expire_neighbour_waits(now);
         self.cm_timers(now);
-        let (qps, mut ctx) = self.split(now);
+        let (qps, mut io) = self.io();
         for qp in qps.iter_mut() {
-            let due = |t: Option<Instant>| t.is_some_and(|t| t <= now);
-            if due(qp.send.timer) || due(qp.send.rnr_wait.map(|w| w.0)) || due(qp.send.probe_at) {
-                completer::on_timers(qp, &mut ctx);
+            if qp.deadline().is_some_and(|t| t <= now) {
+                io.drive(qp, now, transport::on_timers);
             }
         }
     }
@@ -317,13 +320,7 @@ impl Engine {
     fn next_deadline(&self) -> Option<Instant> {
         self.qps
             .iter()
-            .flat_map(|qp| {
-                [
-                    qp.send.timer,
-                    qp.send.rnr_wait.map(|w| w.0),
-                    qp.send.probe_at,
-                ]
-            })
+            .map(Qp::deadline)
             .chain([
                 self.link_deadline,
                 self.ip_stack.deadline(),
@@ -334,40 +331,43 @@ impl Engine {
             .min()
     }
 
-    /// Runs `f` on QP `qpn` with a transport context, if the QP exists.
+    /// Runs `f` on QP `qpn` with a transport context, if the QP exists, and settles it.
     fn with_qp<R>(&mut self, qpn: u32, f: impl FnOnce(&mut Qp, &mut Ctx<'_>) -> R) -> Option<R> {
-        let (qps, mut ctx) = self.split(Instant::now());
+        let (qps, mut io) = self.io();
         let qp = qps.get_mut(qpn)?;
-        Some(f(qp, &mut ctx))
+        Some(io.drive(qp, Instant::now(), f))
     }
 
-    /// The QP table and a transport context over the rest of the engine, borrowed apart so
-    /// that the transport functions can work on one QP with everything else at hand.
-    fn split(&mut self, now: Instant) -> (&mut QpTable, Ctx<'_>) {
+    /// The QP table and the engine's I/O for the transport, borrowed apart so that the
+    /// transport functions can work on one QP with everything else at hand.
+    fn io(&mut self) -> (&mut QpTable, EngineIo<'_>) {
         let Engine {
             qps,
             mrs,
             cqs,
             tx,
             ahs,
+            ah_pds,
             counters,
+            completions,
             ..
         } = self;
-        let ctx = Ctx {
+        let io = EngineIo {
             mrs,
             ahs,
-            cqs,
+            ah_pds,
             tx,
+            cqs,
+            completions,
             counters,
-            now,
         };
-        (qps, ctx)
+        (qps, io)
     }
 
     fn shutdown(&mut self) {
         let qpns: Vec<u32> = self.qps.iter().map(|qp| qp.qpn).collect();
         for qpn in qpns {
-            self.with_qp(qpn, |qp, ctx| qp.enter_error(ctx));
+            self.with_qp(qpn, |qp, ctx| qp.enter_error(ctx, ErrorCause::Requested));
         }
         if let Err(e) = self.tx.link().flush() {
             debug!(error = %e, "flushing the link at shutdown failed");
@@ -376,30 +376,94 @@ impl Engine {
     }
 }
 
-/// The send-side work of one QP: flush posts in the error state; otherwise fetch newly posted
-/// requests, transmit, and send READ responses. Returns whether anything happened.
-fn work(qp: &mut Qp, ctx: &mut Ctx<'_>, ah_pds: &HashMap<u32, PdId>) -> bool {
+/// The engine's side of the transport's I/O: frames go onto the link, completions wait until
+/// their QP's ring slots are released and then go into the completion queues, events go to the
+/// logs.
+pub(crate) struct EngineIo<'a> {
+    mrs: &'a roce_hostmem::MrTable,
+    ahs: &'a HashMap<u32, Path>,
+    ah_pds: &'a HashMap<u32, PdId>,
+    tx: &'a mut Tx,
+    cqs: &'a mut CqTable,
+    completions: &'a mut Vec<(u32, Wc)>,
+    counters: &'a Counters,
+}
+
+impl EngineIo<'_> {
+    /// Runs `f` on `qp` with a transport context at `now`, then settles the QP: its ring slots
+    /// go back to the host, and only then are the completions published.
+    pub(crate) fn drive<R>(
+        &mut self,
+        qp: &mut Qp,
+        now: Instant,
+        f: impl FnOnce(&mut Qp, &mut Ctx<'_>) -> R,
+    ) -> R {
+        let result = {
+            let (mrs, ahs, counters) = (self.mrs, self.ahs, self.counters);
+            let mut ctx = Ctx {
+                mrs,
+                ahs,
+                out: self,
+                counters,
+                now,
+            };
+            let result = f(qp, &mut ctx);
+            qp.settle(&mut ctx);
+            result
+        };
+        for (cq, wc) in self.completions.drain(..) {
+            self.cqs.complete(cq, &wc, self.counters);
+        }
+        result
+    }
+
+    pub(crate) fn cqs(&self) -> &CqTable {
+        self.cqs
+    }
+}
+
+impl Output for EngineIo<'_> {
+    fn can_send(&self) -> bool {
+        self.tx.can_send()
+    }
+
+    fn send(
+        &mut self,
+        repr: &roce_wire::FrameRepr,
+        fill: &mut transport::Fill<'_>,
+    ) -> Result<(), roce_hostmem::AccessError> {
+        self.tx.send(repr, fill)
+    }
+
+    fn complete(&mut self, cq: u32, wc: &Wc) {
+        self.completions.push((cq, *wc));
+    }
+
+    fn event(&mut self, event: &Event<'_>) {
+        event.log();
+    }
+}
+
+/// The send-side work of one QP: in the error state nothing (settling flushes new posts);
+/// otherwise fetch newly posted requests and let the transport work. Returns whether anything
+/// happened.
+fn work(qp: &mut Qp, ctx: &mut Ctx<'_>, cq_overran: bool, ah_pds: &HashMap<u32, PdId>) -> bool {
     let mut busy = false;
     // A completion queue in error takes its QPs with it (IBTA: CQ overrun).
     let live = !matches!(qp.state, QpState::Reset | QpState::Err);
-    if live && (ctx.cqs.overran(qp.send_cq) || ctx.cqs.overran(qp.recv_cq)) {
-        warn!(qpn = qp.qpn, "its completion queue overran: QP to error");
-        qp.enter_error(ctx);
+    if live && cq_overran {
+        qp.enter_error(ctx, ErrorCause::CqOverrun);
         busy = true;
     }
     if qp.state == QpState::Err {
-        if qp.sq.unfetched() > 0 || qp.rq.available() > 0 {
-            qp.flush(ctx);
-            busy = true;
-        }
-        return busy;
+        return busy || qp.unfetched() > 0;
     }
     if matches!(qp.state, QpState::Rts | QpState::Sqd) {
         let mtu = qp.attrs.path_mtu.bytes();
         let qp_type = qp.qp_type;
         let ahs = ctx.ahs;
         let pd = qp.pd;
-        let fetched = qp.sq.fetch(&qp.cap, qp_type == QpType::Ud, |wqe| {
+        let fetched = qp.fetch_sends(|wqe| {
             // An AH of another domain (another host's, say) is no destination for this QP.
             let has_dest = wqe
                 .ud
@@ -407,29 +471,6 @@ fn work(qp: &mut Qp, ctx: &mut Ctx<'_>, ah_pds: &HashMap<u32, PdId>) -> bool {
             requester::check(qp_type, mtu, &wqe.op, wqe.length, has_dest)
         });
         busy |= fetched > 0;
-        if qp.state == QpState::Rts {
-            busy |= requester::run(qp, ctx, TX_BUDGET) > 0;
-            // Unacknowledged packets: watch for the line going quiet.
-            let send = &qp.send;
-            if qp.qp_type == QpType::Rc
-                && send.una != send.high
-                && send.probe_at.is_none()
-                && !send.probe_spent
-            {
-                qp.send.probe_at = requester::probe_interval(send, qp.attrs.timeout)
-                    .map(|interval| ctx.now + interval);
-            }
-        }
-        // A request that failed before anything was sent completes once it is the head.
-        if qp.qp_type == QpType::Rc && !qp.sq.is_empty() && qp.sq.head == qp.sq.next {
-            if let Some(status) = qp.sq.entry(qp.sq.head).failed {
-                completer::fail_head(qp, ctx, status);
-                busy = true;
-            }
-        }
     }
-    if qp.recv.has_replies() {
-        busy |= responder::send_replies(qp, ctx, responder::REPLY_BURST) > 0;
-    }
-    busy
+    busy | transport::poll(qp, ctx, TX_BUDGET)
 }

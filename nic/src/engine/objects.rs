@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use roce_hostmem::Region;
+use roce_wire::cma::PortSpace;
 use roce_wire::deth;
 use tracing::{debug, info};
 
@@ -14,7 +15,7 @@ use crate::cq::{Cq, EventLine};
 use crate::pkey;
 use crate::qp::{ring_layout, Qp, MAX_RD_ATOMIC};
 use crate::ring::{Geometry, Ring};
-use crate::transport::{udp_src_port, Path};
+use crate::transport::{udp_src_port, Event, Path};
 use crate::verbs::types::{QpAttr, QpCap, QpState, QpType};
 use crate::verbs::VerbsError;
 use crate::wqe::CQE_SIZE;
@@ -111,7 +112,14 @@ impl Engine {
                 self.check_room(client, Object::Mr, 0)?;
                 let keys = self.mrs.register(id, region, offset, len, access, va)?;
                 self.mr_owners.insert(keys.lkey, client);
-                info!(lkey = format_args!("{:#x}", keys.lkey), rkey = format_args!("{:#x}", keys.rkey), va = format_args!("{:#x}", keys.va), len = keys.len, %access, "memory registered");
+                Event::MemoryRegistered {
+                    lkey: keys.lkey,
+                    rkey: keys.rkey,
+                    va: keys.va,
+                    len: keys.len,
+                    access,
+                }
+                .log();
                 Ok(Response::Mr(keys))
             }
             Request::DeregMr { lkey } => {
@@ -227,7 +235,8 @@ impl Engine {
                 self.forget_client(client);
                 Ok(Response::Done)
             }
-            Request::CmListen { addr } => self.cm_listen(client, addr),
+            Request::CmListen { addr } => self.cm_listen(client, addr, PortSpace::Tcp),
+            Request::CmListenUdp { addr } => self.cm_listen(client, addr, PortSpace::Udp),
             Request::CmConnect { qpn, dst, param } => self.cm_connect(client, qpn, dst, param),
             Request::CmAccept { id, qpn, param } => self.cm_accept(client, id, qpn, param),
             Request::CmReject { id, private_data } => self.cm_reject(client, id, &private_data),
@@ -365,27 +374,29 @@ impl Engine {
             // The GSI is ready at once, with the well-known Q_Key.
             let attr = QpAttr::init_ud(deth::GSI_Q_KEY);
             let pkeys = self.port.pkeys.clone();
-            let (_, mut ctx) = self.split(std::time::Instant::now());
-            for (state, a) in [
-                (QpState::Init, attr),
-                (
-                    QpState::Rtr,
-                    QpAttr {
-                        qp_state: Some(QpState::Rtr),
-                        ..QpAttr::default()
-                    },
-                ),
-                (
-                    QpState::Rts,
-                    QpAttr {
-                        qp_state: Some(QpState::Rts),
-                        sq_psn: Some(0),
-                        ..QpAttr::default()
-                    },
-                ),
-            ] {
-                qp.apply_modify(&a, state, None, &pkeys, &mut ctx);
-            }
+            let (_, mut io) = self.io();
+            io.drive(&mut qp, std::time::Instant::now(), |qp, ctx| {
+                for (state, a) in [
+                    (QpState::Init, attr),
+                    (
+                        QpState::Rtr,
+                        QpAttr {
+                            qp_state: Some(QpState::Rtr),
+                            ..QpAttr::default()
+                        },
+                    ),
+                    (
+                        QpState::Rts,
+                        QpAttr {
+                            qp_state: Some(QpState::Rts),
+                            sq_psn: Some(0),
+                            ..QpAttr::default()
+                        },
+                    ),
+                ] {
+                    qp.apply_modify(&a, state, None, &pkeys, ctx);
+                }
+            });
         }
         self.qps.insert(qp);
         info!(qpn, %qp_type, "QP created");

@@ -13,7 +13,7 @@ use crate::buf::FrameBuf;
 use crate::counters;
 use crate::pkey;
 use crate::port;
-use crate::transport::{completer, ip_addresses, responder, Ctx};
+use crate::transport::{self, ip_addresses, Event};
 use crate::verbs::types::QpType;
 
 impl Engine {
@@ -44,7 +44,7 @@ impl Engine {
         let bth = frame.repr.bth;
         let span = trace_span!("rx", qpn = bth.dest_qp, psn = bth.psn, opcode = %bth.opcode);
         let _enter = span.enter();
-        trace!(len = bytes.len(), "frame in: headers parsed");
+        Event::FrameIn { len: bytes.len() }.log();
         if !self.is_for_us(&frame) {
             counters::bump(&c.rx_not_for_us);
             trace!("addressed to another NIC");
@@ -53,14 +53,14 @@ impl Engine {
         let icrc = frame.icrc();
         if !icrc.is_ok() {
             counters::bump(&c.rx_icrc_errors);
-            debug!(
-                expected = format_args!("{:#010x}", icrc.expected),
-                found = format_args!("{:#010x}", icrc.found),
-                "bad ICRC: packet dropped"
-            );
+            Event::BadIcrc {
+                expected: icrc.expected,
+                found: icrc.found,
+            }
+            .log();
             return;
         }
-        trace!("ICRC ok");
+        Event::IcrcOk.log();
         let sender: Option<IpAddr> = match frame.repr.network {
             NetworkRepr::Ipv4 { src, .. } => Some(src.into()),
             NetworkRepr::Ipv6 { src, .. } => Some(src.into()),
@@ -95,7 +95,7 @@ impl Engine {
             }
         }
         let c = &self.counters;
-        let Some(qp) = self.qps.get_mut(qpn) else {
+        let Some(qp) = self.qps.get(qpn) else {
             counters::bump(&c.rx_unknown_qp);
             debug!("no such QP: dropped");
             return;
@@ -135,21 +135,17 @@ impl Engine {
             );
             return;
         }
-        let mut ctx = Ctx {
-            mrs: &mut self.mrs,
-            ahs: &self.ahs,
-            cqs: &mut self.cqs,
-            tx: &mut self.tx,
-            counters: &self.counters,
-            now: Instant::now(),
-        };
-        if bth.opcode.kind().is_response() {
-            completer::on_response(qp, &mut ctx, &bth, &frame.repr.ext, frame.payload());
-        } else {
-            responder::on_request(qp, &mut ctx, &frame);
-            if qp.recv.has_ack_pending() && !self.acks_due.contains(&qpn) {
-                self.acks_due.push(qpn);
-            }
+        let (qps, mut io) = self.io();
+        let Some(qp) = qps.get_mut(qpn) else { return };
+        if !bth.opcode.kind().is_response() {
+            // The receives posted so far are there for the responder to take.
+            qp.fetch_receives();
+        }
+        let ack_due = io.drive(qp, Instant::now(), |qp, ctx| {
+            transport::on_packet(qp, ctx, &frame)
+        });
+        if ack_due && !self.acks_due.contains(&qpn) {
+            self.acks_due.push(qpn);
         }
     }
 

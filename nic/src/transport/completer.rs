@@ -6,12 +6,12 @@
 
 use roce_wire::aeth::{self, NakCode, Syndrome};
 use roce_wire::{bth, Extensions, Kind};
-use tracing::{debug, info, trace};
 
 use std::time::Instant;
 
+use super::event::{Answer, GoBackReason, Timeout};
 use super::requester::retransmit_timeout;
-use super::{psn, rules, scatter, Ctx};
+use super::{psn, rules, scatter, Ctx, ErrorCause, Event};
 use crate::counters;
 use crate::qp::Qp;
 use crate::verbs::types::{QpType, SendOp, Wc, WcStatus};
@@ -28,7 +28,10 @@ pub fn on_response(
     // Anything outside [una, high] answers nothing we are waiting for.
     if psn::before(p, qp.send.una) || psn::before(qp.send.high, p) {
         counters::bump(&ctx.counters.rx_stale_responses);
-        trace!(una = qp.send.una, high = qp.send.high, "stale response");
+        ctx.event(Event::StaleResponse {
+            una: qp.send.una,
+            high: qp.send.high,
+        });
         return;
     }
     let kind = bth.opcode.kind();
@@ -59,30 +62,34 @@ pub fn on_response(
 
 /// Everything up to and including PSN `p` was executed by the responder.
 fn on_ack(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32) {
-    retire_through(qp, ctx, p);
+    if !retire_through(qp, ctx, p) {
+        return;
+    }
     // A READ or atomic the responder has executed but whose answer we lack: the answer was lost.
     if let Some(missing) = head_read_expected(qp) {
         if !psn::before(p, missing) {
-            go_back(qp, ctx, missing, "answer to a READ or atomic lost");
+            go_back(qp, ctx, missing, GoBackReason::AnswerLost);
         }
     }
     advance_una(qp, ctx, psn::add(p, 1));
 }
 
 /// Retires, in order, the SEND and WRITE requests whose last PSN is `p` or before, and fails
-/// the QP if the request at the head had failed locally.
-fn retire_through(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32) {
+/// the QP if the request at the head had failed locally. False when the QP failed: the answer
+/// is then dealt with.
+fn retire_through(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32) -> bool {
     while !qp.sq.is_empty() {
         let head = qp.sq.entry(qp.sq.head);
         if let Some(status) = head.failed {
             fail_head(qp, ctx, status);
-            return;
+            return false;
         }
         if !head.assigned || head.wqe.op.is_read_or_atomic() || psn::before(p, head.last_psn()) {
-            return;
+            break;
         }
         complete_head(qp, ctx, WcStatus::Success);
     }
+    true
 }
 
 /// For a READ or atomic at the head, the PSN of the next answer it waits for.
@@ -132,9 +139,15 @@ fn on_nak(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, code: NakCode) {
         NakCode::REMOTE_ACCESS_ERROR => &c.naks_received_remote_access,
         _ => &c.naks_received_remote_operational,
     });
-    info!(qpn = qp.qpn, psn = p, nak = %code, "NAK received");
+    ctx.event(Event::NakReceived {
+        qpn: qp.qpn,
+        psn: p,
+        nak: code,
+    });
     // A NAK for PSN p acknowledges everything before it.
-    retire_through(qp, ctx, psn::add(p, psn::MASK));
+    if !retire_through(qp, ctx, psn::add(p, psn::MASK)) {
+        return;
+    }
     advance_una(qp, ctx, p);
     if qp.sq.is_empty() {
         return;
@@ -148,7 +161,7 @@ fn on_nak(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, code: NakCode) {
                 fail_head(qp, ctx, WcStatus::RetryExcErr);
                 return;
             }
-            go_back(qp, ctx, p, "PSN sequence error");
+            go_back(qp, ctx, p, GoBackReason::SequenceNak);
         }
         NakCode::INVALID_REQUEST => fail_head(qp, ctx, WcStatus::RemInvReqErr),
         NakCode::REMOTE_ACCESS_ERROR => fail_head(qp, ctx, WcStatus::RemAccessErr),
@@ -158,7 +171,9 @@ fn on_nak(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, code: NakCode) {
 
 fn on_rnr_nak(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, timer: u8) {
     counters::bump(&ctx.counters.rnr_naks_received);
-    retire_through(qp, ctx, psn::add(p, psn::MASK));
+    if !retire_through(qp, ctx, psn::add(p, psn::MASK)) {
+        return;
+    }
     advance_una(qp, ctx, p);
     if qp.sq.is_empty() {
         return;
@@ -172,12 +187,11 @@ fn on_rnr_nak(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, timer: u8) {
         qp.send.rnr_left -= 1;
     }
     let wait = aeth::rnr_timer(timer);
-    info!(
-        qpn = qp.qpn,
-        psn = p,
-        wait_us = wait.as_micros() as u64,
-        "RNR NAK: the peer has no receive posted; waiting"
-    );
+    ctx.event(Event::RnrWait {
+        qpn: qp.qpn,
+        psn: p,
+        wait,
+    });
     qp.send.rnr_wait = Some((ctx.now + wait, p));
     qp.send.timer = None;
     // The RNR retry is the next word on the line; a probe armed before would only double it.
@@ -186,7 +200,9 @@ fn on_rnr_nak(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, timer: u8) {
 
 fn on_read_response(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, kind: Kind, payload: &[u8]) {
     // A READ response acknowledges every request before the READ.
-    retire_through(qp, ctx, psn::add(p, psn::MASK));
+    if !retire_through(qp, ctx, psn::add(p, psn::MASK)) {
+        return;
+    }
     if qp.sq.is_empty() {
         counters::bump(&ctx.counters.rx_stale_responses);
         return;
@@ -206,7 +222,7 @@ fn on_read_response(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, kind: Kind, payload:
         if psn::before(p, expected) {
             counters::bump(&ctx.counters.rx_stale_responses);
         } else if qp.send.recovering != Some(expected) {
-            go_back(qp, ctx, expected, "READ response missing");
+            go_back(qp, ctx, expected, GoBackReason::ReadResponseMissing);
         }
         return;
     }
@@ -216,17 +232,26 @@ fn on_read_response(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, kind: Kind, payload:
     let kind_ok = kind == rules::read_response_kind(head.responses, head.npkts);
     let len_ok = payload.len() as u64 == rules::packet_len(head.wqe.length, head.responses, mtu);
     if !kind_ok || !len_ok {
-        debug!(?kind, len = payload.len(), "READ response out of shape");
+        ctx.event(Event::BadResponse {
+            kind,
+            len: payload.len(),
+        });
         fail_head(qp, ctx, WcStatus::BadRespErr);
         return;
     }
-    if let Err(e) = scatter(ctx.mrs, qp.pd, &head.wqe.sges, offset, payload) {
-        debug!(error = %e, "READ response data cannot be placed");
+    if let Err(error) = scatter(ctx.mrs, qp.pd, &head.wqe.sges, offset, payload) {
+        ctx.event(Event::AnswerNotPlaced {
+            answer: Answer::ReadData,
+            error,
+        });
         fail_head(qp, ctx, WcStatus::LocProtErr);
         return;
     }
     counters::add(&ctx.counters.dma_write_bytes, payload.len() as u64);
-    trace!(offset, len = payload.len(), "READ response data placed");
+    ctx.event(Event::ReadResponsePlaced {
+        offset,
+        len: payload.len(),
+    });
     qp.sq.entry_mut(head_index).responses += 1;
     if last {
         complete_head(qp, ctx, WcStatus::Success);
@@ -235,7 +260,9 @@ fn on_read_response(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, kind: Kind, payload:
 }
 
 fn on_atomic_ack(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, original: u64) {
-    retire_through(qp, ctx, psn::add(p, psn::MASK));
+    if !retire_through(qp, ctx, psn::add(p, psn::MASK)) {
+        return;
+    }
     if qp.sq.is_empty() {
         counters::bump(&ctx.counters.rx_stale_responses);
         return;
@@ -245,19 +272,22 @@ fn on_atomic_ack(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, original: u64) {
         if head.wqe.op.is_read_or_atomic() && head.assigned && psn::before(head.first_psn, p) {
             let expected = psn::add(head.first_psn, head.responses);
             if qp.send.recovering != Some(expected) {
-                go_back(qp, ctx, expected, "atomic or READ answer missing");
+                go_back(qp, ctx, expected, GoBackReason::AtomicOrReadAnswerMissing);
             }
         } else {
             counters::bump(&ctx.counters.rx_stale_responses);
         }
         return;
     }
-    if let Err(e) = scatter(ctx.mrs, qp.pd, &head.wqe.sges, 0, &original.to_ne_bytes()) {
-        debug!(error = %e, "atomic result cannot be placed");
+    if let Err(error) = scatter(ctx.mrs, qp.pd, &head.wqe.sges, 0, &original.to_ne_bytes()) {
+        ctx.event(Event::AnswerNotPlaced {
+            answer: Answer::AtomicResult,
+            error,
+        });
         fail_head(qp, ctx, WcStatus::LocProtErr);
         return;
     }
-    trace!(original, "atomic result placed");
+    ctx.event(Event::AtomicResultPlaced { original });
     let head_index = qp.sq.head;
     qp.sq.entry_mut(head_index).responses = 1;
     complete_head(qp, ctx, WcStatus::Success);
@@ -282,7 +312,10 @@ pub fn on_timers(qp: &mut Qp, ctx: &mut Ctx<'_>) {
         if ctx.now >= at {
             qp.send.rnr_wait = None;
             counters::bump(&ctx.counters.rnr_retries);
-            debug!(qpn = qp.qpn, psn = p, "RNR wait over: sending again");
+            ctx.event(Event::RnrWaitOver {
+                qpn: qp.qpn,
+                psn: p,
+            });
             if qp.sq.rewind_to(p) {
                 qp.send.recovering = Some(p);
             }
@@ -298,26 +331,25 @@ pub fn on_timers(qp: &mut Qp, ctx: &mut Ctx<'_>) {
     }
     counters::bump(&ctx.counters.retransmit_timeouts);
     if !use_retry(qp) {
-        info!(qpn = qp.qpn, "retransmission retries exhausted");
+        ctx.event(Event::RetriesExhausted { qpn: qp.qpn });
         fail_head(qp, ctx, WcStatus::RetryExcErr);
         return;
     }
     let from = qp.send.una;
     let head = qp.sq.entry(qp.sq.head);
-    info!(
-        qpn = qp.qpn,
-        psn = from,
-        retries_left = qp.send.retry_left,
-        high = qp.send.high,
-        peer_high = qp.send.peer_high,
-        head_op = ?head.wqe.op,
-        head_first = head.first_psn,
-        head_npkts = head.npkts,
-        head_responses = head.responses,
-        head_sent = head.sent,
-        next = qp.sq.next.wrapping_sub(qp.sq.head),
-        "retransmission timeout: going back"
-    );
+    ctx.event(Event::RetransmitTimeout(Timeout {
+        qpn: qp.qpn,
+        psn: from,
+        retries_left: qp.send.retry_left,
+        high: qp.send.high,
+        peer_high: qp.send.peer_high,
+        head_op: head.wqe.op,
+        head_first: head.first_psn,
+        head_npkts: head.npkts,
+        head_responses: head.responses,
+        head_sent: head.sent,
+        next: qp.sq.next.wrapping_sub(qp.sq.head),
+    }));
     if qp.sq.rewind_to(from) {
         qp.send.recovering = Some(from);
     }
@@ -362,8 +394,12 @@ fn use_retry(qp: &mut Qp) -> bool {
     true
 }
 
-fn go_back(qp: &mut Qp, ctx: &mut Ctx<'_>, from: u32, why: &str) {
-    debug!(qpn = qp.qpn, psn = from, why, "go-back-N");
+fn go_back(qp: &mut Qp, ctx: &mut Ctx<'_>, from: u32, why: GoBackReason) {
+    ctx.event(Event::GoBack {
+        qpn: qp.qpn,
+        psn: from,
+        why,
+    });
     // What is sent again asks for an answer itself: no probe on top of it.
     qp.send.probe_at = None;
     if qp.sq.rewind_to(from) {
@@ -391,12 +427,16 @@ pub fn complete_head(qp: &mut Qp, ctx: &mut Ctx<'_>, status: WcStatus) {
         qp_num: qp.qpn,
         ..Wc::default()
     };
-    trace!(qpn = qp.qpn, wr_id = wc.wr_id, %status, "send request completed");
-    // The slot goes back to the host before the completion does: a host that posts again as
-    // soon as it sees the completion must find room.
+    ctx.event(Event::SendCompleted {
+        qpn: qp.qpn,
+        wr_id: wc.wr_id,
+        status,
+    });
+    // The engine gives the slot back to the host before it publishes the completion: a host
+    // that posts again as soon as it sees the completion must find room.
     qp.sq.retire_head();
     if report {
-        ctx.cqs.complete(qp.send_cq, &wc, ctx.counters);
+        ctx.out.complete(qp.send_cq, &wc);
     }
     // Everything the retired request used is acknowledged: `una` moves to the next request's
     // first PSN, or past everything sent when none was sent.
@@ -409,9 +449,8 @@ pub fn complete_head(qp: &mut Qp, ctx: &mut Ctx<'_>, status: WcStatus) {
 
 /// Completes the head request with an error and moves the QP to the error state.
 pub fn fail_head(qp: &mut Qp, ctx: &mut Ctx<'_>, status: WcStatus) {
-    info!(qpn = qp.qpn, %status, "send request failed: QP to error");
     complete_head(qp, ctx, status);
-    qp.enter_error(ctx);
+    qp.enter_error(ctx, ErrorCause::SendFailed { status });
 }
 
 /// UC and UD: a request is complete once sent. Retires the fully sent (or failed) head requests.

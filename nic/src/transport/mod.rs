@@ -5,7 +5,9 @@
 //! scatter/gather copies between frames and host memory.
 
 pub mod completer;
+pub mod event;
 pub mod psn;
+pub mod recv_queue;
 pub mod requester;
 pub mod responder;
 pub mod rules;
@@ -17,13 +19,15 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use roce_hostmem::{Access, AccessError, MrTable, PdId};
-use roce_wire::{bth, EthernetAddress, EthernetRepr, Extensions, FrameRepr, NetworkRepr};
+use roce_wire::{bth, EthernetAddress, EthernetRepr, Extensions, Frame, FrameRepr, NetworkRepr};
 
 use crate::buf::BufPool;
 use crate::counters::{self, Counters};
-use crate::cq::CqTable;
 use crate::link::Link;
-use crate::verbs::types::{AddressVector, Sge};
+use crate::qp::Qp;
+use crate::verbs::types::{AddressVector, QpState, QpType, Sge, Wc};
+
+pub use event::{ErrorCause, Event, EventKind};
 
 /// How a QP's packets are addressed: Ethernet and IP headers to the peer, fixed once the QP is
 /// connected (or per address handle, for UD).
@@ -190,14 +194,6 @@ impl Tx {
         Ok(())
     }
 
-    /// Sends a frame that needs no payload from host memory.
-    pub fn send_simple(&mut self, repr: &FrameRepr, payload: &[u8]) {
-        let _ = self.send::<()>(repr, |dst| {
-            dst.copy_from_slice(&payload[..dst.len()]);
-            Ok(())
-        });
-    }
-
     /// Puts a finished frame on the link.
     pub fn transmit(&mut self, frame: crate::buf::FrameBuf) {
         let len = frame.len() as u64;
@@ -214,15 +210,108 @@ impl Tx {
     }
 }
 
-/// Everything the transport functions need besides the QP they work on.
+/// Where the transport puts what it decides. The transport touches no link, ring, clock or
+/// thread: the engine implements this with its buffer pool, link and completion queues, the
+/// simulator with queues of its own.
+pub trait Output {
+    /// Whether the link has room for another packet now.
+    fn can_send(&self) -> bool;
+
+    /// Builds the frame `repr` in a buffer of the output's own and sends it; `fill` writes the
+    /// payload straight into the frame (no copy in between). If `fill` fails the frame is not
+    /// sent and its error returned.
+    fn send(&mut self, repr: &FrameRepr, fill: &mut Fill<'_>) -> Result<(), AccessError>;
+
+    /// A completion for completion queue `cq`.
+    fn complete(&mut self, cq: u32, wc: &Wc);
+
+    /// A decision taken.
+    fn event(&mut self, event: &Event<'_>);
+}
+
+/// Writes a frame's payload (from host memory, or nothing).
+pub type Fill<'a> = dyn FnMut(&mut [u8]) -> Result<(), AccessError> + 'a;
+
+/// Everything the transport functions need besides the QP they work on: the host memory they
+/// read and write, the address handles, the counters, where their outputs go, and the time.
 pub struct Ctx<'a> {
-    pub mrs: &'a mut MrTable,
+    pub mrs: &'a MrTable,
     /// Address handles (UD destinations) by number.
     pub ahs: &'a HashMap<u32, Path>,
-    pub cqs: &'a mut CqTable,
-    pub tx: &'a mut Tx,
+    pub out: &'a mut dyn Output,
     pub counters: &'a Counters,
     pub now: Instant,
+}
+
+impl Ctx<'_> {
+    /// Reports a decision.
+    pub fn event(&mut self, event: Event<'_>) {
+        self.out.event(&event);
+    }
+
+    /// Sends a frame that needs no payload from host memory.
+    pub fn send_simple(&mut self, repr: &FrameRepr) {
+        let _ = self.out.send(repr, &mut |_| Ok(()));
+    }
+}
+
+/// Hands a packet addressed to `qp` to its transport: answers (ACKs, NAKs, READ responses,
+/// atomic ACKs) to the completer, requests to the responder. True when the QP owes an ACK for
+/// it: the caller sends it with [`responder::flush_ack`] after its batch of packets, so that a
+/// batch is acknowledged once (ACK coalescing).
+pub fn on_packet(qp: &mut Qp, ctx: &mut Ctx<'_>, frame: &Frame<'_>) -> bool {
+    let bth = &frame.repr.bth;
+    if bth.opcode.kind().is_response() {
+        completer::on_response(qp, ctx, bth, &frame.repr.ext, frame.payload());
+        false
+    } else {
+        responder::on_request(qp, ctx, frame);
+        qp.recv.has_ack_pending()
+    }
+}
+
+/// The QP's own work once its posted requests are fetched: transmit (at most `budget`
+/// packets), watch for a quiet line, complete a request that failed before it was sent, and
+/// send READ responses. Returns whether anything happened.
+pub fn poll(qp: &mut Qp, ctx: &mut Ctx<'_>, budget: usize) -> bool {
+    let mut busy = false;
+    if qp.state == QpState::Rts {
+        busy |= requester::run(qp, ctx, budget) > 0;
+        // Unacknowledged packets: watch for the line going quiet.
+        let send = &qp.send;
+        if qp.state == QpState::Rts
+            && qp.qp_type == QpType::Rc
+            && send.una != send.high
+            && send.probe_at.is_none()
+            && !send.probe_spent
+        {
+            qp.send.probe_at =
+                requester::probe_interval(send, qp.attrs.timeout).map(|i| ctx.now + i);
+        }
+    }
+    // A request that failed before anything was sent completes once it is the head.
+    if matches!(qp.state, QpState::Rts | QpState::Sqd)
+        && qp.qp_type == QpType::Rc
+        && !qp.sq.is_empty()
+        && qp.sq.head == qp.sq.next
+    {
+        if let Some(status) = qp.sq.entry(qp.sq.head).failed {
+            completer::fail_head(qp, ctx, status);
+            busy = true;
+        }
+    }
+    if qp.recv.has_replies() {
+        busy |= responder::send_replies(qp, ctx, responder::REPLY_BURST) > 0;
+    }
+    busy
+}
+
+/// Runs the QP's timers that are due at `ctx.now`: the retransmission timer, the RNR wait and
+/// the tail probe.
+pub fn on_timers(qp: &mut Qp, ctx: &mut Ctx<'_>) {
+    if qp.deadline().is_some_and(|t| t <= ctx.now) {
+        completer::on_timers(qp, ctx);
+    }
 }
 
 /// Copies `dst.len()` bytes of a message, starting `offset` bytes in, out of the local memory

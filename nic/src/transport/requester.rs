@@ -8,9 +8,9 @@
 use std::time::{Duration, Instant};
 
 use roce_wire::{atomic_eth, bth, deth, ieth, immdt, reth, Extensions, Kind, Opcode, Transport};
-use tracing::{debug, trace, trace_span};
+use tracing::trace_span;
 
-use super::{gather, psn, rules, Ctx};
+use super::{gather, psn, rules, Ctx, Event};
 use crate::counters;
 use crate::qp::Qp;
 use crate::verbs::types::{QpState, QpType, SendFlags, SendOp, WcStatus};
@@ -93,7 +93,12 @@ pub fn run(qp: &mut Qp, ctx: &mut Ctx<'_>, budget: usize) -> usize {
         return 0;
     }
     let mut sent = 0;
-    while sent < budget && qp.sq.next != qp.sq.fetched && ctx.tx.can_send() {
+    // A failure on the way moves the QP to the error state, and that ends the pass.
+    while sent < budget
+        && qp.state == QpState::Rts
+        && qp.sq.next != qp.sq.fetched
+        && ctx.out.can_send()
+    {
         let index = qp.sq.next;
         let entry = qp.sq.entry(index);
         if entry.failed.is_some() {
@@ -227,11 +232,10 @@ pub fn probe(qp: &mut Qp, ctx: &mut Ctx<'_>) {
     let n = psn::diff(qp.send.una, qp.sq.entry(index).first_psn) as u32;
     if emit(qp, ctx, index, n, true).is_ok() {
         counters::bump(&ctx.counters.tail_probes);
-        debug!(
-            qpn = qp.qpn,
-            psn = qp.send.una,
-            "line quiet: probing with the oldest unacknowledged packet"
-        );
+        ctx.event(Event::Probe {
+            qpn: qp.qpn,
+            psn: qp.send.una,
+        });
     }
 }
 
@@ -363,7 +367,8 @@ fn emit(qp: &mut Qp, ctx: &mut Ctx<'_>, index: u32, n: u32, probe: bool) -> Resu
 
     let pd = qp.pd;
     let inline = wqe.is_inline();
-    let result = ctx.tx.send(&repr, |dst| {
+    let mrs = ctx.mrs;
+    let result = ctx.out.send(&repr, &mut |dst| {
         if dst.is_empty() {
             return Ok(());
         }
@@ -372,17 +377,20 @@ fn emit(qp: &mut Qp, ctx: &mut Ctx<'_>, index: u32, n: u32, probe: bool) -> Resu
             dst.copy_from_slice(&wqe.inline[start..start + dst.len()]);
             Ok(())
         } else {
-            gather(ctx.mrs, pd, &wqe.sges, offset, dst)
+            gather(mrs, pd, &wqe.sges, offset, dst)
         }
     });
-    if let Err(e) = result {
-        debug!(error = %e, "local memory of a send request is not accessible");
+    if let Err(error) = result {
+        ctx.event(Event::LocalAccessError { error });
         return Err(WcStatus::LocProtErr);
     }
     if payload_len > 0 {
         counters::add(&ctx.counters.dma_read_bytes, payload_len as u64);
     }
-    trace!(payload = payload_len, ack_req = bth.ack_req, "packet sent");
+    ctx.event(Event::PacketSent {
+        payload: payload_len,
+        ack_req: bth.ack_req,
+    });
     if probe {
         return Ok(());
     }

@@ -1,15 +1,15 @@
-//! The send queue as the engine holds it: the shared ring the host posts into, and for every
-//! request fetched from it the engine's copy plus its progress (PSNs, packets sent, response
-//! bytes received). Requests stay in the ring — owned by the NIC — until they are retired, so
-//! the host cannot reuse a slot whose work might still need retransmitting.
+//! The send queue as the transport holds it: for every request fetched from the host's ring
+//! the engine's copy plus its progress (PSNs, packets sent, response bytes received). The ring
+//! itself is the engine's: it copies posted requests in ([`SendQueue::push`]) and gives a slot
+//! back to the host only once its request is retired here, so the host cannot reuse a slot
+//! whose work might still need retransmitting.
 //!
-//! Three free-running indices walk the ring: `head` (oldest request not yet retired), `next`
-//! (the next request the requester transmits) and `fetched` (requests copied out of the ring).
+//! Three free-running indices walk the queue: `head` (oldest request not yet retired), `next`
+//! (the next request the requester transmits) and `fetched` (requests copied in).
 //! `head <= next <= fetched`.
 
-use crate::ring::Consumer;
 use crate::verbs::types::{QpCap, WcStatus};
-use crate::wqe::SendWqe;
+use crate::wqe::{SendWqe, WqeError};
 
 use super::psn;
 
@@ -68,63 +68,55 @@ impl Entry {
 /// The send queue.
 #[derive(Debug)]
 pub struct SendQueue {
-    ring: Consumer,
     entries: Vec<Entry>,
     mask: u32,
     pub head: u32,
     pub next: u32,
     pub fetched: u32,
-    slot: Vec<u8>,
 }
 
 impl SendQueue {
-    pub fn new(ring: Consumer, cap: &QpCap) -> SendQueue {
-        let capacity = ring.ring().capacity();
-        let slot_size = ring.ring().slot_size();
+    /// A queue of `capacity` requests (a power of two: the ring's).
+    pub fn new(capacity: u32, cap: &QpCap) -> SendQueue {
+        debug_assert!(capacity.is_power_of_two());
         SendQueue {
-            ring,
             entries: (0..capacity).map(|_| Entry::new(cap)).collect(),
             mask: capacity - 1,
             head: 0,
             next: 0,
             fetched: 0,
-            slot: vec![0; slot_size],
         }
     }
 
-    /// Copies newly posted requests out of the ring; `check` validates each one.
-    pub fn fetch(
+    /// Room for more requests.
+    pub fn is_full(&self) -> bool {
+        self.outstanding() as usize >= self.entries.len()
+    }
+
+    /// Adds the request posted in `slot`; `check` validates it. A request that cannot be
+    /// decoded is kept as failed (it completes with an error in its turn) and its error
+    /// returned.
+    pub fn push(
         &mut self,
+        slot: &[u8],
         cap: &QpCap,
         ud: bool,
-        mut check: impl FnMut(&SendWqe) -> Option<WcStatus>,
-    ) -> u32 {
-        let mut n = 0;
-        while self.ring.next(&mut self.slot) {
-            let entry = &mut self.entries[(self.fetched & self.mask) as usize];
-            entry.failed = match entry.wqe.decode(&self.slot, cap, ud) {
-                Ok(()) => check(&entry.wqe),
-                Err(e) => {
-                    tracing::debug!(error = %e, "malformed send request");
-                    Some(match e {
-                        crate::wqe::WqeError::UnknownOpcode(_) => WcStatus::LocQpOpErr,
-                        _ => WcStatus::LocLenErr,
-                    })
-                }
-            };
-            entry.assigned = false;
-            entry.sent = 0;
-            entry.responses = 0;
-            entry.rd_counted = false;
-            self.fetched = self.fetched.wrapping_add(1);
-            n += 1;
-        }
-        n
-    }
-
-    /// Requests posted to the ring but not yet fetched.
-    pub fn unfetched(&self) -> u32 {
-        self.ring.available()
+        check: impl FnOnce(&SendWqe) -> Option<WcStatus>,
+    ) -> Result<(), WqeError> {
+        debug_assert!(!self.is_full());
+        let entry = &mut self.entries[(self.fetched & self.mask) as usize];
+        let decoded = entry.wqe.decode(slot, cap, ud);
+        entry.failed = match &decoded {
+            Ok(()) => check(&entry.wqe),
+            Err(WqeError::UnknownOpcode(_)) => Some(WcStatus::LocQpOpErr),
+            Err(_) => Some(WcStatus::LocLenErr),
+        };
+        entry.assigned = false;
+        entry.sent = 0;
+        entry.responses = 0;
+        entry.rd_counted = false;
+        self.fetched = self.fetched.wrapping_add(1);
+        decoded
     }
 
     pub fn entry(&self, index: u32) -> &Entry {
@@ -149,7 +141,7 @@ impl SendQueue {
         index.wrapping_sub(self.head) < self.outstanding()
     }
 
-    /// Retires the head request and gives its slot back to the host.
+    /// Retires the head request (the engine then gives its slot back to the host).
     pub fn retire_head(&mut self) {
         if self.is_empty() {
             return;
@@ -160,7 +152,6 @@ impl SendQueue {
         } else {
             self.next = self.head;
         }
-        self.ring.release(1);
     }
 
     /// The index of the outstanding request that covers `p`, if any.

@@ -34,9 +34,18 @@ impl Context {
         self.cm_id(Request::CmListen { addr })
     }
 
+    /// Serves UD services at `addr` in the RDMA CM's UDP port space (`rdma_listen` on an
+    /// `RDMA_PS_UDP` ID, as udaddy's server): each SIDR request comes as a connect request
+    /// event, to answer with [`CmId::accept`] on a UD QP, or [`CmId::reject`].
+    pub fn cm_listen_udp(&self, addr: SocketAddr) -> Result<CmId, VerbsError> {
+        self.cm_id(Request::CmListenUdp { addr })
+    }
+
     /// Connects RC QP `qp` to the listener at `dst` (`rdma_resolve_addr`, `rdma_resolve_route`
     /// and `rdma_connect` in one): the REQ goes out now; [`Context::cm_event`] tells the
-    /// outcome, and on [`crate::cm::CmEventKind::Established`] the QP is in RTS.
+    /// outcome, and on [`crate::cm::CmEventKind::Established`] the QP is in RTS. For a UD QP
+    /// this resolves the UDP port space's service at `dst` (SIDR): the QP goes to RTS with the
+    /// port space's Q_Key, and the event names the service's QP number and Q_Key.
     pub fn cm_connect(
         &self,
         qp: &QueuePair,
@@ -93,7 +102,9 @@ impl CmId {
     }
 
     /// Accepts this connect request on RC QP `qp` (`rdma_accept`): the QP goes to RTR and RTS
-    /// and the REP goes out; the RTU brings [`crate::cm::CmEventKind::Established`].
+    /// and the REP goes out; the RTU brings [`crate::cm::CmEventKind::Established`]. A SIDR
+    /// request is answered with UD QP `qp` (to RTS with the port space's Q_Key), and that is
+    /// all: no event follows.
     pub fn accept(&self, qp: &QueuePair, param: &ConnParam) -> Result<(), VerbsError> {
         self.done(Request::CmAccept {
             id: self.id,
@@ -102,7 +113,8 @@ impl CmId {
         })
     }
 
-    /// Refuses this connect request (`rdma_reject`): REJ reason 28 with `private_data`.
+    /// Refuses this connect request (`rdma_reject`): REJ reason 28 with `private_data` (for a
+    /// SIDR request, a SIDR_REP with status "rejected").
     pub fn reject(&self, private_data: &[u8]) -> Result<(), VerbsError> {
         self.done(Request::CmReject {
             id: self.id,

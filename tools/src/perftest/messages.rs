@@ -12,6 +12,8 @@ pub const VERSION_LEN: usize = 16;
 pub const OLDEST_PEER: f64 = 5.70;
 /// One QP record with a GID, its NUL included.
 pub const RECORD_LEN: usize = 108;
+/// One QP record as `-R` sends it: perftest's `struct pingpong_dest`, binary.
+pub const BINARY_RECORD_LEN: usize = 56;
 pub const DONE: &[u8; 5] = b"done\0";
 
 pub fn version() -> [u8; VERSION_LEN] {
@@ -124,6 +126,54 @@ impl QpRecord {
     }
 }
 
+impl QpRecord {
+    /// The record as perftest sends it over the RDMA CM (`-R`): its `struct pingpong_dest`,
+    /// every number big-endian — LID, outstanding reads, QPN, PSN, rkey (32 bits each), 4
+    /// bytes of padding, the VA (64), the GID, the SRQ number and the GID index (32 each).
+    pub fn encode_binary(&self, gid_index: u8) -> [u8; BINARY_RECORD_LEN] {
+        let mut record = [0u8; BINARY_RECORD_LEN];
+        let words = [
+            u32::from(self.lid),
+            u32::from(self.out_reads),
+            self.qpn,
+            self.psn,
+            self.rkey,
+        ];
+        for (at, word) in words.iter().enumerate() {
+            record[4 * at..4 * at + 4].copy_from_slice(&word.to_be_bytes());
+        }
+        record[24..32].copy_from_slice(&self.vaddr.to_be_bytes());
+        record[32..48].copy_from_slice(&self.gid.0);
+        record[48..52].copy_from_slice(&self.srqn.to_be_bytes());
+        record[52..56].copy_from_slice(&u32::from(gid_index).to_be_bytes());
+        record
+    }
+
+    /// Reads a binary record as perftest does: the numbers it reads (not the SRQ number or
+    /// the GID index), each cut to the width the text record gives it.
+    pub fn decode_binary(record: &[u8]) -> Result<QpRecord, String> {
+        if record.len() != BINARY_RECORD_LEN {
+            return Err(format!(
+                "a QP record of {} bytes, not {BINARY_RECORD_LEN}",
+                record.len()
+            ));
+        }
+        let word = |at: usize| u32::from_be_bytes(record[4 * at..4 * at + 4].try_into().unwrap());
+        let mut gid = [0u8; 16];
+        gid.copy_from_slice(&record[32..48]);
+        Ok(QpRecord {
+            lid: word(0) as u16,
+            out_reads: word(1) as u16,
+            qpn: word(2) & 0xff_ffff,
+            psn: word(3) & 0xff_ffff,
+            rkey: word(4),
+            vaddr: u64::from_be_bytes(record[24..32].try_into().unwrap()),
+            gid: Gid(gid),
+            srqn: word(12),
+        })
+    }
+}
+
 /// What a bandwidth test's client reports to its server after the run (the server prints it).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct BwReport {
@@ -187,6 +237,30 @@ mod tests {
         assert_eq!(&bytes[..RECORD_LEN - 1], text.as_bytes());
         assert_eq!(bytes[RECORD_LEN - 1], 0);
         assert_eq!(QpRecord::decode(&bytes), Ok(record));
+    }
+
+    #[test]
+    fn a_binary_record_is_the_56_bytes_seen_from_a_real_guest() {
+        // ib_write_bw -R in a Soft-RoCE guest (its padding bytes zeroed here).
+        let seen = "000000000000000100000012007bbf57000003b0000000000000558274b57000\
+                    00000000000000000000ffff0a4d00020000000000000001";
+        let bytes: Vec<u8> = (0..seen.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&seen[i..i + 2], 16).unwrap())
+            .collect();
+        let record = QpRecord {
+            lid: 0,
+            out_reads: 1,
+            qpn: 0x12,
+            psn: 0x7bbf57,
+            rkey: 0x3b0,
+            vaddr: 0x5582_74b5_7000,
+            gid: guest_gid(),
+            srqn: 0,
+        };
+        assert_eq!(record.encode_binary(1).as_slice(), bytes.as_slice());
+        assert_eq!(QpRecord::decode_binary(&bytes), Ok(record));
+        assert!(QpRecord::decode_binary(&bytes[..55]).is_err());
     }
 
     #[test]

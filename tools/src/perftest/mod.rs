@@ -17,6 +17,7 @@ mod bw;
 mod lat;
 pub mod layout;
 pub mod messages;
+mod rdma_cm;
 mod receives;
 mod report;
 mod resources;
@@ -168,6 +169,8 @@ pub struct Options {
     pub report_gbits: bool,
     /// `-a`: every size from 2 bytes to [`MAX_SIZE`] (not the atomic tests).
     pub all_sizes: bool,
+    /// `-R`: connect the QPs through the RDMA CM, and exchange over it (port `-p`).
+    pub rdma_cm: bool,
     pub limits: Limits,
 }
 
@@ -204,6 +207,7 @@ impl Options {
             qp_timeout: 14,
             report_gbits: false,
             all_sizes: false,
+            rdma_cm: false,
             limits: Limits::default(),
         }
     }
@@ -281,18 +285,27 @@ pub fn run(
         opts.tx_depth = opts.tx_depth.min(opts.iters as u32);
     }
     let opts = &opts;
-    let channel = Channel::open(ctx, role, opts.port, opts.limits)?;
-    let mut session = session::Session::start(channel, ctx, opts)?;
+    let link = if opts.rdma_cm {
+        session::Link::Cm(rdma_cm::CmLink::open(ctx, role, opts.port, opts.limits)?)
+    } else {
+        session::Link::Tcp(Channel::open(ctx, role, opts.port, opts.limits)?)
+    };
+    let mut session = session::Session::start(link, ctx, opts)?;
     let layout = session.layout(opts.size);
     let receives = match opts.test {
         Test::SendBw | Test::SendLat => opts.rx_depth.min(opts.iters as u32),
         _ => 1,
     };
     let res = resources::Resources::new(ctx, opts, layout, receives)?;
+    if let Some(link) = session.link_mut() {
+        link.connect_test_qp(&res.qp, res.access, res.mine.out_reads.min(255) as u8)?;
+    }
     verify::prepare_peer_half(&res, opts);
     report::header(out, opts, session.mtu(), ctx)?;
     let theirs = session.round(&res.mine)?;
-    res.connect(&theirs, session.mtu(), opts, role)?;
+    if !opts.rdma_cm {
+        res.connect(&theirs, session.mtu(), opts, role)?;
+    }
     let before = ctx.counters()?;
     let (measured, checked) = if opts.all_sizes {
         let (sends, before_sweep) = sweep::rounds(opts.test);

@@ -157,7 +157,12 @@ pub fn header(out: &mut dyn Write, opts: &Options, mtu: Mtu, ctx: &Context) -> i
     writeln!(out, " Mtu             : {}[B]", mtu.bytes())?;
     writeln!(out, " Link type       : Ethernet")?;
     writeln!(out, " GID index       : {}", opts.gid_index)?;
-    writeln!(out, " Data ex. method : Ethernet")?;
+    if opts.rdma_cm {
+        writeln!(out, " rdma_cm QPs\t : ON")?;
+        writeln!(out, " Data ex. method : rdma_cm")?;
+    } else {
+        writeln!(out, " Data ex. method : Ethernet")?;
+    }
     writeln!(out, "{RULE}")
 }
 

@@ -29,6 +29,8 @@ pub struct Resources {
     pub area: Buffer,
     pub layout: Layout,
     pub mine: QpRecord,
+    /// What the QP lets the peer do.
+    pub access: Access,
 }
 
 impl Resources {
@@ -81,6 +83,7 @@ impl Resources {
             area,
             layout,
             mine,
+            access,
         })
     }
 

@@ -1,18 +1,39 @@
 //! perftest's exchange, step by step: versions, page size and cache line (each side takes the
 //! larger), path MTU (each side takes the smaller), then rounds of QP records — the same
-//! record each time — a bandwidth report, and `done`.
+//! record each time — a bandwidth report, and `done`. Over TCP, or with `-R` over a connection
+//! of the RDMA CM ([`super::rdma_cm`]), where the records are binary and there is no `done`.
 
 use roce_nic::verbs::{Context, Mtu};
 use tracing::debug;
 
 use super::layout::Layout;
-use super::messages::{self, BwReport, QpRecord, DONE, RECORD_LEN, VERSION_LEN};
+use super::messages::{self, BwReport, QpRecord, BINARY_RECORD_LEN, DONE, RECORD_LEN, VERSION_LEN};
+use super::rdma_cm::CmLink;
 use super::{Options, CACHE_LINE, PAGE};
 use crate::oob::Channel;
 use crate::ToolError;
 
+/// What carries the exchange.
+pub enum Link {
+    /// TCP, through the NIC's own IP stack.
+    Tcp(Channel),
+    /// `-R`: SENDs on a QP the RDMA CM connected.
+    Cm(CmLink),
+}
+
+impl Link {
+    fn swap(&mut self, mine: &[u8], what: &'static str) -> Result<Vec<u8>, ToolError> {
+        match self {
+            Link::Tcp(channel) => channel.swap(mine, what),
+            Link::Cm(link) => link.swap(mine, what),
+        }
+    }
+}
+
 pub struct Session {
-    channel: Channel,
+    channel: Link,
+    /// The GID index, which a binary record carries.
+    gid_index: u8,
     mtu: Mtu,
     cycle: u64,
     cache_line: u64,
@@ -22,11 +43,7 @@ pub struct Session {
 
 impl Session {
     /// The exchanges before any QP record.
-    pub fn start(
-        mut channel: Channel,
-        ctx: &Context,
-        opts: &Options,
-    ) -> Result<Session, ToolError> {
+    pub fn start(mut channel: Link, ctx: &Context, opts: &Options) -> Result<Session, ToolError> {
         let theirs = channel.swap(&messages::version(), "its perftest version")?;
         let version =
             messages::peer_version(&theirs[..VERSION_LEN]).map_err(ToolError::Protocol)?;
@@ -37,6 +54,7 @@ impl Session {
         let peer = messages::read_mtu(&channel.swap(&messages::mtu(ours), "its MTU")?);
         Ok(Session {
             channel,
+            gid_index: opts.gid_index,
             mtu: peer.map_or(ours, |p| p.min(ours)),
             cycle: u64::from(page.max(PAGE)),
             cache_line: u64::from(line.max(CACHE_LINE)),
@@ -58,8 +76,17 @@ impl Session {
 
     /// One round of records; returns the peer's.
     pub fn round(&mut self, mine: &QpRecord) -> Result<QpRecord, ToolError> {
-        let record = self.channel.swap(&mine.encode(), "its QP record")?;
-        let theirs = QpRecord::decode(&record[..RECORD_LEN]).map_err(ToolError::Protocol)?;
+        let theirs = match &mut self.channel {
+            Link::Tcp(channel) => {
+                let record = channel.swap(&mine.encode(), "its QP record")?;
+                QpRecord::decode(&record[..RECORD_LEN])
+            }
+            Link::Cm(link) => {
+                let record = link.swap(&mine.encode_binary(self.gid_index), "its QP record")?;
+                QpRecord::decode_binary(&record[..BINARY_RECORD_LEN])
+            }
+        }
+        .map_err(ToolError::Protocol)?;
         match self.theirs {
             Some(first) if first != theirs => Err(ToolError::Protocol(format!(
                 "a QP record that changed during the exchange ({first:?}, then {theirs:?})"
@@ -81,13 +108,24 @@ impl Session {
         Ok(BwReport::decode(&theirs))
     }
 
-    /// The end: `done` (unless the test says nothing more), then the close.
-    pub fn close(mut self, done: bool) -> Result<(), ToolError> {
-        if done {
-            self.channel.send(DONE)?;
-            self.channel.finish(DONE)
-        } else {
-            self.channel.finish(b"")
+    /// The RDMA CM's connection of the test's QP (`-R`), in the exchange's order.
+    pub fn link_mut(&mut self) -> Option<&mut CmLink> {
+        match &mut self.channel {
+            Link::Cm(link) => Some(link),
+            Link::Tcp(_) => None,
+        }
+    }
+
+    /// The end: over TCP `done` (unless the test says nothing more), then the close; over the
+    /// RDMA CM, the disconnects.
+    pub fn close(self, done: bool) -> Result<(), ToolError> {
+        match self.channel {
+            Link::Tcp(mut channel) if done => {
+                channel.send(DONE)?;
+                channel.finish(DONE)
+            }
+            Link::Tcp(channel) => channel.finish(b""),
+            Link::Cm(link) => link.close(),
         }
     }
 }

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use roce_nic::counters::Snapshot;
+use roce_nic::transport::EventKind;
 use roce_nic::verbs::{SendOp, Wc, WcStatus};
 
 use super::{quote, wr_opcode, Act, SETTLING};
@@ -129,7 +130,7 @@ impl Act<'_, '_> {
     pub(super) fn settle(&self) {
         if self.plan.detailed() {
             self.rig.events.wait_for(self.event_mark, SETTLING, |e| {
-                e.nic == Side::Initiator && e.message == "send request completed"
+                e.nic == Side::Initiator && e.is(EventKind::SendCompleted)
             });
             std::thread::sleep(Duration::from_millis(30));
         }

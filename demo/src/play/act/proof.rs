@@ -2,6 +2,7 @@
 //! time and context switches, the ICRCs on the wire, the retransmission — and says whether it
 //! held.
 
+use roce_nic::transport::EventKind;
 use roce_wire::aeth::{NakCode, Syndrome};
 
 use super::{quote_bytes, touched, Act};
@@ -273,9 +274,7 @@ impl Act<'_, '_> {
             .events
             .since(self.event_mark)
             .into_iter()
-            .filter(|e| {
-                e.nic == Side::Target && e.message == "DMA: WRITE data placed in host memory"
-            })
+            .filter(|e| e.nic == Side::Target && e.is(EventKind::WritePlaced))
             .map(|e| e.at)
             .max();
         let woke = std::time::Duration::from_micros(at_us);

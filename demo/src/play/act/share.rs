@@ -2,6 +2,7 @@
 //! is frozen (or, for `imm`, goes to sleep waiting for a completion) and its CPU time taken.
 
 use roce_hostmem::Access;
+use roce_nic::transport::EventKind;
 use roce_nic::verbs::Gid;
 
 use super::{hex_u64, quote, Act, SETTLING, TARGET_WAIT_MS};
@@ -45,7 +46,7 @@ impl Act<'_, '_> {
         let rkey = shared.rkey;
         if let Some(e) = self.rig.events.wait_for(0, SETTLING, |e| {
             e.nic == Side::Target
-                && e.message == "memory registered"
+                && e.is(EventKind::MemoryRegistered)
                 && e.number("rkey") == Some(u64::from(rkey))
         }) {
             self.story.tell(Beat::Decision(e));

@@ -209,6 +209,9 @@ fn requests() -> Vec<Request> {
             timeout: Some(Duration::from_millis(1500)),
         },
         Request::CmGetEvent { timeout: None },
+        Request::CmListenUdp {
+            addr: "10.0.0.1:7174".parse().unwrap(),
+        },
     ]
 }
 
@@ -271,6 +274,7 @@ fn plain_answers() -> Vec<Response> {
             responder_resources: 1,
             initiator_depth: 1,
             peer_qpn: 0x11,
+            q_key: 0x0123_4567,
         })),
     ]
 }
@@ -889,7 +893,7 @@ fn the_encoding_is_pinned_to_the_protocol_version() {
     }
     assert_eq!(
         (PROTOCOL_VERSION, hash),
-        (6, 0x6a58_624a_56bb_437b),
+        (7, 0xadba_1940_885b_1fb0),
         "the control messages' encoding changed: give messages::PROTOCOL_VERSION a new number, \
          and pin it here with the new hash ({hash:#018x})"
     );
