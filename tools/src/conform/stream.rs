@@ -18,6 +18,8 @@ use super::{Finding, Missing, Mtu, Sink};
 const SLOTS: usize = 2048;
 /// Answers ahead of every request seen, held until a later request explains them.
 const AHEAD: usize = 16;
+/// Resends remembered to explain answers to duplicates.
+const RECENT_RESENDS: usize = 512;
 /// Holes (PSNs skipped by the fresh requests) remembered, to recognise late arrivals.
 const HOLES: usize = 16;
 
@@ -278,7 +280,11 @@ impl Stream {
                 _ => 1,
             };
             let after = psn::add(p, span);
-            if self.nak.is_some_and(|n| n.psn == p) {
+            // (A go-back from the NAK's PSN, whose first packets may have been lost again.)
+            let after_nak = self
+                .nak
+                .is_some_and(|n| (0..SLOTS as i32).contains(&psn::diff(p, n.psn)));
+            if after_nak {
                 self.resume_after_nak(out, frame, time, p);
                 self.burst_next = Some(after);
                 self.counts.retransmitted += 1;
@@ -736,7 +742,8 @@ impl Stream {
     }
 
     fn note_resend(&mut self, p: u32, frame: u64) {
-        if self.recent_resends.len() == AHEAD * 4 {
+        // More than a go-back of a whole window (rxe 128 packets, ours 64) plus READ retries.
+        if self.recent_resends.len() == RECENT_RESENDS {
             self.recent_resends.remove(0);
         }
         self.recent_resends.push((p, frame));
