@@ -30,7 +30,8 @@ pub struct Args {
     /// Accept a broken rule (its identifier, see --rules); repeat or separate with commas.
     #[arg(long, value_name = "RULE", value_delimiter = ',', value_parser = parse_rule)]
     allow: Vec<Rule>,
-    /// The network may reorder packets (fault injection, several paths): do not judge the
+    /// The network may reorder packets (fault injection, several paths), or the capture was
+    /// taken before faults that drop packets (`roce nic --faults --pcap`): do not judge the
     /// rules that depend on the order of the two directions (resend-cause, nak-go-back,
     /// ack-coverage). They are not judged either where a capture shows reordering.
     #[arg(long)]

@@ -116,9 +116,11 @@ impl Report {
 /// What the checker is told about the capture.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Options {
-    /// The network may reorder packets (a fault injector, several paths): the rules that
-    /// depend on the order of the two directions are not judged, as the IBTA assumes a network
-    /// that keeps order. Where a capture shows reordering itself, they are not judged either.
+    /// The network may reorder packets (a fault injector, several paths), or the capture was
+    /// taken before faults that drop packets: the rules that depend on the order of the two
+    /// directions are not judged, as the IBTA assumes a network that keeps order and an answer
+    /// captured may not have arrived. Where a capture shows reordering itself, they are not
+    /// judged either.
     pub reordering: bool,
 }
 
