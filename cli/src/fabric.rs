@@ -13,7 +13,8 @@
 //!
 //! The switch line holds `roce switch` flags (its ports are made here: one per NIC, in order);
 //! each `nic NAME IP` line may add `roce nic` flags. Every NIC is cabled to its port over UDP on
-//! loopback; the NICs find each other by ARP through the switch.
+//! loopback; the NICs find each other by ARP through the switch. The NICs run DCQCN (`roce nic
+//! --dcqcn`), as a fabric's NICs do, unless `up --no-dcqcn` or the NIC's line says `--no-dcqcn`.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -66,6 +67,10 @@ pub struct UpArgs {
     /// (faster, for fabrics of many local NICs; no QEMU guest can join such a port).
     #[arg(long)]
     shm: bool,
+    /// Start the NICs without DCQCN congestion control (each NIC line may also say
+    /// `--no-dcqcn`).
+    #[arg(long)]
+    no_dcqcn: bool,
 }
 
 #[derive(clap::Args)]
@@ -82,6 +87,9 @@ pub struct StatusArgs {
     #[arg(long)]
     json: bool,
 }
+
+/// The NIC-line flag that keeps a fabric NIC without DCQCN (the fabric's, not `roce nic`'s).
+const NO_DCQCN: &str = "--no-dcqcn";
 
 /// How long a member may take to say it is ready, and to stop.
 const PATIENCE: Duration = Duration::from_secs(20);
@@ -351,7 +359,11 @@ fn up(args: UpArgs) -> Result<ExitCode, Failure> {
                     pcap.join(format!("{name}.pcap")).display().to_string(),
                 ]);
             }
-            nic_args.extend(flags.iter().cloned());
+            let off = args.no_dcqcn || flags.iter().any(|f| f == NO_DCQCN);
+            if !off && !flags.iter().any(|f| f == "--dcqcn") {
+                nic_args.push("--dcqcn".into());
+            }
+            nic_args.extend(flags.iter().filter(|f| *f != NO_DCQCN).cloned());
             let mut running = Running::start(name, &nic_args)?;
             running.await_line(&format!("{name} ready"))?;
             let pid = running.child.id();

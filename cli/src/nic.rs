@@ -76,6 +76,15 @@ pub struct Args {
     /// queues mark them CE instead of dropping them.
     #[arg(long)]
     ecn: bool,
+    /// Run DCQCN congestion control (as RoCE NICs do in hardware): mark what we send ECT(0),
+    /// answer packets marked CE with CNPs, and keep a rate limiter per QP that CNPs cut and
+    /// time and bytes raise again. Off by default: Soft-RoCE has none.
+    #[arg(long)]
+    dcqcn: bool,
+    /// Set a DCQCN parameter by its mlx5 name, e.g. rp_ai_rate=5 or np_min_time_between_cnps=50
+    /// (repeatable; implies --dcqcn; µs, Mbit/s, bytes, 1/1024ths as the hardware's).
+    #[arg(long = "dcqcn-param", value_name = "NAME=VALUE")]
+    dcqcn_params: Vec<String>,
     /// Obey 802.1Qbb PFC pause frames for this priority (default 3): hold everything we send
     /// while the peer says pause. Pause times are in quanta of 512 bit times at --rate (10G
     /// without one).
@@ -135,6 +144,18 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     }
     let spec = device::parse_link(&args.link)?;
     let rate = device::parse_rate(args.rate.as_deref())?;
+    if args.dcqcn || !args.dcqcn_params.is_empty() {
+        let mut params = roce_nic::dcqcn::Params::default();
+        for assignment in &args.dcqcn_params {
+            params
+                .set(assignment)
+                .map_err(|e| Failure::usage(format!("--dcqcn-param: {e}")))?;
+        }
+        config.dcqcn = Some(match rate {
+            Some(rate) => params.with_line_rate(rate.0),
+            None => params,
+        });
+    }
     let faults = device::parse_faults(args.faults.as_deref())?;
     let path = host::socket_path(&config.name);
     let claim = Server::claim(&config.name, &path).map_err(|e| Failure::new(e.to_string()))?;
@@ -145,9 +166,12 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         link = Box::new(Pausable::new(link, priority, speed));
         describe = format!("{describe}, obeying PFC priority {priority}");
     }
-    if args.ecn {
+    if args.ecn && config.dcqcn.is_none() {
         link = Box::new(Ect::new(link));
         describe = format!("{describe}, ECT on RoCE");
+    }
+    if config.dcqcn.is_some() {
+        describe = format!("{describe}, DCQCN");
     }
     let (name, hw, ip) = (config.name.clone(), config.mac, config.ips[0]);
     let device = Device::start(config, link)

@@ -403,7 +403,7 @@ fn bad_options_are_one_line_and_exit_code_2() {
     let env = Env::new("demobad");
     for (args, want) in [
         (&["demo", "--bogus"][..], "roce: unexpected argument '--bogus' found (see roce demo --help)\n"),
-        (&["demo", "--scenario", "nope"][..], "roce: invalid value 'nope' for '--scenario <SCENARIO>' [possible values: write, read, send, atomic, loss, imm, tcp-vs-rdma, allreduce, connect] (see roce demo --help)\n"),
+        (&["demo", "--scenario", "nope"][..], "roce: invalid value 'nope' for '--scenario <SCENARIO>' [possible values: write, read, send, atomic, loss, imm, tcp-vs-rdma, allreduce, connect, congestion] (see roce demo --help)\n"),
         (&["demo", "--size", "12Q"][..], "roce: --size 12Q: \"12Q\" is not a size: use a number with an optional K, M, G or T suffix\n"),
         (&["demo", "--scenario", "atomic", "--size", "1M"][..], "roce: --size does not apply to the atomic scenario (it moves what it needs)\n"),
         (&["demo", "--step", "--quiet"][..], "roce: the argument '--step' cannot be used with '--quiet' (see roce demo --help)\n"),

@@ -148,3 +148,45 @@ fn the_page_renders_in_chromium_with_every_frame() {
         std::fs::copy(&shot, roce_tests::workspace().join("docs/demo.png")).unwrap();
     }
 }
+
+#[test]
+fn the_congestion_page_draws_every_chart_in_chromium() {
+    if Command::new(CHROMIUM).arg("--version").output().is_err() {
+        roce_tests::skip("chromium is not installed (scripts/test installs it)");
+        return;
+    }
+    let env = Env::new("demohtmlcc");
+    let page = env.dir.join("congestion.html");
+    let done = env.run(&[
+        "demo",
+        "--scenario",
+        "congestion",
+        "--hosts",
+        "3",
+        "--html",
+        page.to_str().unwrap(),
+        "--quiet",
+    ]);
+    assert!(done.status.success(), "{}", done.stderr);
+    let profile = tempfile::tempdir().unwrap();
+    let mut dump = chromium(profile.path());
+    dump.arg("--dump-dom")
+        .arg(format!("file://{}", page.display()));
+    let dom = output(dump);
+    // Two runs × three charts; rates: a line per sender (3), queue: 1, signals: 3.
+    assert!(
+        dom.contains(r#"data-rendered="charts=6 lines=14""#),
+        "{}",
+        dom.lines().find(|l| l.contains("<body")).unwrap_or(&dom)
+    );
+    for run in ["without", "with"] {
+        for chart in ["rates", "queue", "signals"] {
+            assert!(
+                dom.contains(&format!(r#"id="{run}-{chart}""#)),
+                "no #{run}-{chart}"
+            );
+        }
+    }
+    assert_eq!(dom.matches(r#"data-series="sender 2""#).count(), 2);
+    assert!(!dom.contains(r#"data-series="sender 3""#));
+}

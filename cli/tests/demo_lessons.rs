@@ -775,3 +775,26 @@ fn connect_shows_the_cm_handshake_and_the_qp_states_it_reaches() {
         String::from_utf8_lossy(&tshark.stderr)
     );
 }
+
+#[test]
+fn congestion_shows_drops_without_dcqcn_and_fair_shares_with_it() {
+    let env = Env::new("cong");
+    all_held(&demo(&env, &["--scenario", "congestion", "--quiet"]));
+    let json = demo(&env, &["--scenario", "congestion", "--json"]);
+    let figures: serde_json::Value = json
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|v| v["figures"] == "incast")
+        .unwrap_or_else(|| panic!("no incast figures: {json}"));
+    let (without, with) = (&figures["without"], &figures["with"]);
+    assert!(without["dropped"].as_u64().unwrap() > 0, "{without}");
+    assert_eq!(with["dropped"], 0, "{with}");
+    assert!(with["cnps"].as_u64().unwrap() > 0, "{with}");
+    assert!(with["jain"].as_f64().unwrap() >= 0.95, "{with}");
+    assert!(without["jain"].as_f64().unwrap() < with["jain"].as_f64().unwrap());
+    // The scenario is simulated: what it cannot take is refused in one line.
+    let done = env.run(&["demo", "--scenario", "congestion", "--pcap", "x.pcap"]);
+    assert_eq!(done.status.code(), Some(2), "{}", done.stderr);
+    let done = env.run(&["demo", "--scenario", "congestion", "--hosts", "1"]);
+    assert_eq!(done.status.code(), Some(2), "{}", done.stderr);
+}

@@ -336,6 +336,75 @@ fn with_ect_senders_red_marks_the_incast_and_the_marks_reach_the_receiver() {
     decode_strict(&sink_nic);
 }
 
+/// A running NIC's counters (`roce host info --counters --json`).
+fn nic_counters(env: &Env, nic: &str) -> serde_json::Value {
+    let out = env.run(&["host", "info", "--nic", nic, "--counters", "--json"]);
+    assert!(out.status.success(), "{}", out.stderr);
+    let json: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    json["counters"].clone()
+}
+
+#[test]
+fn with_dcqcn_marks_come_back_as_cnps_the_senders_cut_their_rates_and_drop_less() {
+    // The same incast twice, into a 128 KiB buffer that four unthrottled windows overflow: without
+    // DCQCN, then with it (RED at the sink's port, DCQCN in every NIC).
+    let env = Env::new("dcq");
+    let (plain, _) = incast(&env, 74, &[], &["--rate", "500M"]);
+    let plain_drops = counter(&plain.stop()[4], "dropped");
+
+    let env = Env::new("dcq2");
+    let (fabric, _) = incast(
+        &env,
+        75,
+        &["--ecn", "kmin=5K,kmax=50K,pmax=0.1"],
+        &["--dcqcn", "--rate", "500M"],
+    );
+    let sink_nic = fabric.pcap.join(format!("{}.pcap", fabric.nic(4)));
+    let sink = nic_counters(&env, fabric.nic(4));
+    let senders: Vec<serde_json::Value> =
+        (0..4).map(|n| nic_counters(&env, fabric.nic(n))).collect();
+    let ports = fabric.stop();
+    let port = &ports[4];
+    assert!(counter(port, "ecn_marked") > 0, "{port}");
+    // Marks reached the sink, which answered with CNPs (at most one per marked packet)…
+    let (ce, cnps) = (
+        counter(&sink, "ecn_ce_received"),
+        counter(&sink, "cnps_sent"),
+    );
+    assert!(cnps > 0 && cnps <= ce, "{sink}");
+    // …laid out as a ConnectX-4 Lx lays them out: BTH 0x81 with BECN, P_Key 0xffff, PSN 0,
+    // 16 zero bytes; DSCP 48, ECT(0), UDP source port 0.
+    let sent: Vec<Vec<u8>> = frames(&sink_nic)
+        .into_iter()
+        .filter(|f| f.len() > 42 && f[42] == 0x81 && f[6..12] != f[0..6])
+        .collect();
+    assert!(!sent.is_empty(), "no CNP in the sink's capture");
+    for cnp in &sent {
+        assert_eq!(cnp.len(), 74, "{cnp:02x?}");
+        assert_eq!(cnp[15], 0xc2, "DSCP 48 and ECT(0)");
+        assert_eq!(&cnp[34..36], &[0, 0], "UDP source port 0");
+        assert_eq!(&cnp[42..47], &[0x81, 0x00, 0xff, 0xff, 0x40]);
+        assert_eq!(&cnp[50..70], &[0u8; 20][..], "PSN 0 and the reserved bytes");
+    }
+    decode_strict(&sink_nic);
+    // The senders took the CNPs and cut their rates.
+    let received: u64 = senders.iter().map(|c| counter(c, "cnps_received")).sum();
+    let cuts: u64 = senders.iter().map(|c| counter(c, "dcqcn_rate_cuts")).sum();
+    assert!(received > 0 && cuts > 0, "{senders:?}");
+    assert!(received <= cnps, "{received} of {cnps} CNPs");
+    // With the senders backing off, the queue overflows less.
+    let drops = counter(port, "dropped");
+    println!(
+        "incast 4:1: {plain_drops} drops without DCQCN; with it {drops} drops, {} marks, \
+         {cnps} CNPs sent, {received} received, {cuts} rate cuts",
+        counter(port, "ecn_marked")
+    );
+    assert!(
+        drops < plain_drops,
+        "{drops} drops with DCQCN, {plain_drops} without: {port}"
+    );
+}
+
 #[test]
 fn pfc_pauses_the_senders_and_lets_them_go_on_so_nothing_is_dropped() {
     let env = Env::new("pfc");
@@ -524,8 +593,9 @@ fn two_nic_processes_on_a_shared_memory_link() {
 
 /// The congestion point of the real kind: our NICs on veth interfaces through a Linux bridge
 /// whose port towards the receiver has a `tc` RED queue with ECN behind a 100 Mbit/s shaper,
-/// all in a network namespace this test creates. Two senders that mark their RoCE packets
-/// ECT(0) overfill it; the kernel marks them CE, and the receiver's capture shows the marks.
+/// all in a network namespace this test creates. Two senders running DCQCN (their RoCE packets
+/// ECT(0)) overfill it; the kernel marks them CE, the receiver's capture shows the marks, and
+/// our NICs react to marks they did not make: the receiver sends CNPs, the senders cut rates.
 ///
 /// Kernels built without the RED qdisc (CONFIG_NET_SCH_RED; this project's CI kernel has no
 /// AQM qdisc at all) get the kernel's other marker instead: an nftables rule on the same port's
@@ -613,11 +683,9 @@ fn the_kernels_red_queue_marks_our_ect_frames() {
                 neighbours: Vec::new(),
                 pcap: (n == 2).then(|| pcap.clone()),
                 netns: Some(ns.name().to_owned()),
-                extra: if n < 2 {
-                    vec!["--ecn".into()]
-                } else {
-                    Vec::new()
-                },
+                // DCQCN in every NIC: the senders mark ECT(0) and react to CNPs, the
+                // receiver answers the kernel's CE marks with CNPs.
+                extra: vec!["--dcqcn".into()],
             };
             let proc = env.nic(&nic);
             (nic, proc)
@@ -643,6 +711,10 @@ fn the_kernels_red_queue_marks_our_ect_frames() {
         finish(client, &format!("sender {n}"));
         finish(server, &format!("server {n}"));
     }
+    let counters: Vec<serde_json::Value> = started
+        .iter()
+        .map(|(nic, _)| nic_counters(&env, &nic.name))
+        .collect();
     let stats = match marker {
         Marker::Red => tc(&["-s", "qdisc", "show", "dev", egress]),
         Marker::Nftables => {
@@ -678,6 +750,27 @@ fn the_kernels_red_queue_marks_our_ect_frames() {
         "no CE-marked RoCE frame reached the receiver; tc says:\n{stats}"
     );
     decode_strict(&pcap);
+    // Our NICs reacted to marks they did not make: the receiver answered them with CNPs, the
+    // senders cut their rates.
+    let cnps = counter(&counters[2], "cnps_sent");
+    assert!(cnps > 0, "{}", counters[2]);
+    let received: u64 = counters[..2]
+        .iter()
+        .map(|c| counter(c, "cnps_received"))
+        .sum();
+    let cuts: u64 = counters[..2]
+        .iter()
+        .map(|c| counter(c, "dcqcn_rate_cuts"))
+        .sum();
+    assert!(received > 0 && cuts > 0, "{counters:?}");
+    println!(
+        "kernel marker {}: {marked} marks, {ce} CE frames at the receiver, {cnps} CNPs, \
+         {received} received by the senders, {cuts} rate cuts",
+        match marker {
+            Marker::Red => "tc red",
+            Marker::Nftables => "nftables",
+        }
+    );
 }
 
 /// Which of the kernel's markers a test found.

@@ -366,6 +366,10 @@ fn every_readme_block_runs_as_shown() {
     for (command, excerpt) in [
         ("roce demo --scenario tcp-vs-rdma", "receiver        TCP "),
         ("roce demo --scenario allreduce", "host 0  "),
+        (
+            "roce demo --scenario congestion",
+            "1. Without congestion control",
+        ),
     ] {
         let block = readme.next(command);
         let (status, out, err) = roce_run(&roce_args(&block.text, &names));

@@ -397,6 +397,44 @@ fn has_row(rows: &[(String, String)], figure: &str, baseline: &str) -> bool {
 }
 
 #[test]
+fn bench_with_faults_gives_the_goodput_as_a_ratio_to_a_clean_cable_in_the_same_run() {
+    let env = Env::new("tbflt");
+    let args = [
+        "bench",
+        "--faults",
+        "drop=0.01,seed=3",
+        "--seconds",
+        "0.2",
+        "-s",
+        "64K",
+    ];
+    let mut json = args.to_vec();
+    json.push("--json");
+    let done = bench(&env, &json);
+    assert!(done.status.success(), "{}", done.stderr);
+    let v: serde_json::Value = serde_json::from_str(&done.stdout).unwrap();
+    let write = &v["write"];
+    let (faulty, clean) = (
+        write["gbit_per_s"].as_f64().unwrap(),
+        write["fault_free_gbit_per_s"].as_f64().unwrap(),
+    );
+    assert!(faulty > 0.0 && clean > 0.0, "{write}");
+    let ratio = write["ratio_to_fault_free"].as_f64().unwrap();
+    assert!((ratio - faulty / clean).abs() < 1e-9, "{write}");
+    assert!(
+        v["recovery"]["retransmitted_packets"].as_u64().unwrap() > 0,
+        "{v}"
+    );
+    let text = bench(&env, &args);
+    assert!(text.status.success(), "{}", text.stderr);
+    assert!(
+        text.stdout.contains("fault-free, alternating with it") && text.stdout.contains("% of it"),
+        "{}",
+        text.stdout
+    );
+}
+
+#[test]
 fn bench_all_gives_every_figure_beside_its_baseline_in_json() {
     let env = Env::new("tball");
     let done = bench(

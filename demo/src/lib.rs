@@ -22,9 +22,11 @@
 //! REP, RTU, DREQ, DREP) and the QP state each side reaches; [`tcp_vs_rdma`] moves the same bytes over a kernel
 //! TCP socket and by RDMA WRITE and shows what each costs the receiver's CPU; [`allreduce`]
 //! runs the ring all-reduce of AI training between N hosts, each with its own NIC, through a
-//! switch (`roce switch`), the demo tapping every cable.
+//! switch (`roce switch`), the demo tapping every cable; [`congestion`] plays an incast into
+//! one switch port without and with DCQCN, in simulated time.
 
 pub mod allreduce;
+pub mod congestion;
 pub mod connect;
 pub mod cpu;
 pub mod events;

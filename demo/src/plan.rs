@@ -156,7 +156,7 @@ impl Plan {
     /// The plan for `scenario`, moving `size` bytes instead of its sentence if given.
     pub fn new(scenario: Scenario, size: Option<usize>) -> Result<Plan, DemoError> {
         let payload = match (scenario, size) {
-            (Scenario::Allreduce | Scenario::Connect, _) => {
+            (Scenario::Allreduce | Scenario::Connect | Scenario::Congestion, _) => {
                 return Err(DemoError::failed(format!(
                     "the {scenario} scenario has no plan of this kind"
                 )))
@@ -202,7 +202,9 @@ impl Plan {
                 }
                 Scenario::Read => Access::REMOTE_READ,
                 Scenario::Atomic => Access::REMOTE_ATOMIC,
-                Scenario::Send | Scenario::Allreduce | Scenario::Connect => Access::empty(),
+                Scenario::Send | Scenario::Allreduce | Scenario::Connect | Scenario::Congestion => {
+                    Access::empty()
+                }
             };
         Ok(Plan {
             scenario,

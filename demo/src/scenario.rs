@@ -15,10 +15,11 @@ pub enum Scenario {
     TcpVsRdma,
     Allreduce,
     Connect,
+    Congestion,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 9] = [
+    pub const ALL: [Scenario; 10] = [
         Scenario::Write,
         Scenario::Read,
         Scenario::Send,
@@ -28,6 +29,7 @@ impl Scenario {
         Scenario::TcpVsRdma,
         Scenario::Allreduce,
         Scenario::Connect,
+        Scenario::Congestion,
     ];
 
     pub fn name(self) -> &'static str {
@@ -41,6 +43,7 @@ impl Scenario {
             Scenario::TcpVsRdma => "tcp-vs-rdma",
             Scenario::Allreduce => "allreduce",
             Scenario::Connect => "connect",
+            Scenario::Congestion => "congestion",
         }
     }
 
@@ -83,6 +86,9 @@ impl Scenario {
             Scenario::Connect => "the RDMA connection manager's handshake on QP1 (REQ, REP, RTU, \
                  DREQ, DREP), each MAD field by field, and the QP state each side reaches"
                 .to_owned(),
+            Scenario::Congestion => "an incast of several senders into one switch port, \
+                 without and with DCQCN: tail drops, then ECN marks, CNPs and fair shares"
+                .to_owned(),
         }
     }
 
@@ -91,7 +97,7 @@ impl Scenario {
     pub fn is_pair(self) -> bool {
         !matches!(
             self,
-            Scenario::TcpVsRdma | Scenario::Allreduce | Scenario::Connect
+            Scenario::TcpVsRdma | Scenario::Allreduce | Scenario::Connect | Scenario::Congestion
         )
     }
 
@@ -139,7 +145,7 @@ mod tests {
         assert_eq!(
             "writ".parse::<Scenario>(),
             Err("\"writ\" is not a scenario (known: write, read, send, atomic, loss, imm, tcp-vs-rdma, \
-             allreduce, connect)".into())
+             allreduce, connect, congestion)".into())
         );
     }
 }

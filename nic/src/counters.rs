@@ -85,6 +85,12 @@ counters! {
     completions: "completion queue entries written",
     completion_errors: "completions with an error status",
     cq_overflows: "completions lost because a completion queue was full (it is in error then)",
+    ecn_ce_received: "RoCE packets received marked CE (a queue on the way was congested)",
+    cnps_sent: "CNPs sent (DCQCN notification point: marked packets arrived)",
+    cnps_received: "CNPs received for a QP with DCQCN",
+    cnps_ignored: "CNPs received for a QP without DCQCN, or for no QP",
+    dcqcn_rate_cuts: "rate cuts made by DCQCN reaction points",
+    dcqcn_throttled: "times a requester waited for its QP's DCQCN rate limiter",
 }
 
 /// Adds one. The engine is the only writer, so a relaxed load and store suffice (no locked

@@ -41,6 +41,9 @@ pub struct DeviceConfig {
     pub resolve_timeout: Duration,
     /// Follow Soft-RoCE where it deviates from the IBTA spec.
     pub rxe_compat: bool,
+    /// DCQCN congestion control: ECT(0) on everything sent, CNPs for marked packets, a rate
+    /// limiter per QP. `None` (the default): off, as Soft-RoCE has none.
+    pub dcqcn: Option<crate::dcqcn::Params>,
     /// The port's P_Key table (default: 0xffff, full member of the default partition).
     pub pkeys: crate::pkey::PKeyTable,
     pub rings: RingMemory,
@@ -75,6 +78,7 @@ impl DeviceConfig {
             neighbours: Vec::new(),
             resolve_timeout: DEFAULT_RESOLVE_TIMEOUT,
             rxe_compat: false,
+            dcqcn: None,
             pkeys: crate::pkey::PKeyTable::default(),
             rings: RingMemory::Private,
             limits: crate::limits::Limits::default(),
@@ -215,11 +219,16 @@ impl Device {
             resolve_timeout: config.resolve_timeout,
             control: requests,
             waker: Arc::clone(&waker),
-            link: Box::new(link),
+            link: match config.dcqcn {
+                // A DCQCN NIC's packets are ECN-capable: switches mark them rather than drop.
+                Some(_) => Box::new(crate::link::ecn::Ect::new(link)),
+                None => Box::new(link),
+            },
             pool: BufPool::stocked(4096, 384),
             counters: Arc::clone(&counters),
             rings: config.rings.clone(),
             rxe_compat: config.rxe_compat,
+            dcqcn: config.dcqcn,
             limits: config.limits,
             cm_response_timeout: config.cm_response_timeout,
         })?;

@@ -20,6 +20,7 @@ pub mod cm;
 pub mod control;
 pub mod counters;
 pub mod cq;
+pub mod dcqcn;
 mod device;
 mod engine;
 pub mod eventfd;

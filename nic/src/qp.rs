@@ -253,6 +253,8 @@ pub struct Qp {
     /// The P_Key of the partition the QP is in (the port's table at `attrs.pkey_index`): in
     /// every packet it sends, and what every packet it takes must match.
     pub p_key: u16,
+    /// DCQCN's two ends for this QP, when the NIC runs it (connected QPs only).
+    pub congestion: Option<Box<crate::dcqcn::QpCongestion>>,
     rings: Rings,
 }
 
@@ -314,6 +316,7 @@ impl Qp {
             sq_sig_all,
             rxe_compat: false,
             p_key: pkey::DEFAULT,
+            congestion: None,
             rings: Rings {
                 region: rings,
                 geometry: (sq_geometry, rq_geometry),
@@ -367,9 +370,13 @@ impl Qp {
     pub fn release_slots(&mut self) {
         let r = &mut self.rings;
         let sq_done = r.sq.unreleased().saturating_sub(self.sq.outstanding());
-        r.sq.release(sq_done);
+        if sq_done > 0 {
+            r.sq.release(sq_done);
+        }
         let rq_done = r.rq.unreleased().saturating_sub(self.rq.len());
-        r.rq.release(rq_done);
+        if rq_done > 0 {
+            r.rq.release(rq_done);
+        }
     }
 
     /// After the transport worked on the QP (engine side): slots back to the host and, in the

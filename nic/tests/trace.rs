@@ -97,6 +97,9 @@ fn a_write_is_narrated_step_by_step_with_its_numbers() {
 
     let event = |m: &str| target.iter().find(|e| e.message == m).unwrap();
     let checked = &event("rkey checked: WRITE allowed").fields;
+    // Every decision carries its typed kind, what the demo matches on instead of the words.
+    let kind = roce_nic::transport::EventKind::WriteAllowed;
+    assert_eq!(checked["event"], format!("{:?}", kind.name()));
     assert_eq!(checked["rkey"], format!("{:#x}", p.b.mr.rkey));
     assert_eq!(checked["va"], format!("{:#x}", p.b.mr.va + 4096));
     assert_eq!(checked["len"], "2500");

@@ -9,6 +9,7 @@
 
 pub mod counters;
 pub mod driver;
+pub mod incast;
 pub mod learning;
 pub mod pfc;
 pub mod queue;

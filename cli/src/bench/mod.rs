@@ -15,6 +15,18 @@ use roce_nic::verbs::QpType;
 
 use crate::Failure;
 
+/// Slices of the goodput run with faults, each measured beside a slice on a clean cable.
+const SLICES: u32 = 4;
+
+/// Slices of one measurement as one.
+fn sum(slices: &[bench::Throughput]) -> bench::Throughput {
+    bench::Throughput {
+        messages: slices.iter().map(|t| t.messages).sum(),
+        bytes: slices.iter().map(|t| t.bytes).sum(),
+        elapsed: slices.iter().map(|t| t.elapsed).sum(),
+    }
+}
+
 pub const EXAMPLES: &str = "\
 Examples:
   roce bench                          3 s per figure, 1 MiB messages, path MTU 4096
@@ -94,8 +106,21 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         });
     }
 
-    let (la, lb) = mem::pair();
     let region = 64 << 20;
+    // With faults, the same goodput on a clean cable too: the faulty figure as a ratio to a
+    // baseline of this run. The two are measured in alternating slices, so that a machine
+    // whose load changes during the run weighs on both alike.
+    let clean = match &faults {
+        Some(_) => {
+            let (la, lb) = mem::pair();
+            Some(
+                testbed::pair_over(la, lb, QpType::Rc, mtu, region, |_| {}, |_| {})
+                    .map_err(|e| Failure::new(format!("could not set up the test bench: {e}")))?,
+            )
+        }
+        None => None,
+    };
+    let (la, lb) = mem::pair();
     let pair = match faults {
         Some(spec) => testbed::pair_over(
             Faulty::new(la, spec),
@@ -126,7 +151,26 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             copy.gbit_per_s()
         )?;
     }
-    let big = bench::write_throughput(pair.initiator(), size, 16, 1, duration).map_err(fail)?;
+    let (big, fault_free) = match &clean {
+        None => (
+            bench::write_throughput(pair.initiator(), size, 16, 1, duration).map_err(fail)?,
+            None,
+        ),
+        Some(clean) => {
+            let slice = duration / SLICES;
+            let (mut faulty, mut baseline) = (Vec::new(), Vec::new());
+            for _ in 0..SLICES {
+                baseline.push(
+                    bench::write_throughput(clean.initiator(), size, 16, 1, slice).map_err(fail)?,
+                );
+                faulty.push(
+                    bench::write_throughput(pair.initiator(), size, 16, 1, slice).map_err(fail)?,
+                );
+            }
+            (sum(&faulty), Some(sum(&baseline).gbit_per_s()))
+        }
+    };
+    drop(clean);
     if !args.json {
         out!(
             "RDMA WRITE {:>6} x16 in flight {:8.2} Gbit/s goodput ({} messages in {:.2?})",
@@ -135,6 +179,12 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             big.messages,
             big.elapsed
         )?;
+        if let Some(clean) = fault_free {
+            out!(
+                "  fault-free, alternating with it {clean:7.2} Gbit/s: with the faults {:.0}% of it",
+                100.0 * big.gbit_per_s() / clean
+            )?;
+        }
     }
     let small = bench::write_throughput(pair.initiator(), 64, 512, 32, duration).map_err(fail)?;
     if !args.json {
@@ -160,6 +210,8 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
                 "gbit_per_s": big.gbit_per_s(),
                 "messages": big.messages,
                 "seconds": big.elapsed.as_secs_f64(),
+                "fault_free_gbit_per_s": fault_free,
+                "ratio_to_fault_free": fault_free.map(|clean| big.gbit_per_s() / clean),
             },
             "small_write": {
                 "size": 64,

@@ -40,7 +40,8 @@ Examples:
   roce demo --quiet; roce demo --json         only the proof lines, as text or JSON
   roce demo --scenario tcp-vs-rdma            what TCP costs the receiver's CPU, and RDMA not
   roce demo --scenario allreduce --hosts 8    8 hosts sum their vectors in a ring, as AI training
-  roce demo --scenario connect                the RDMA CM's handshake: each MAD, each QP state";
+  roce demo --scenario connect                the RDMA CM's handshake: each MAD, each QP state
+  roce demo --scenario congestion --html cc.html  an incast without and with DCQCN, plotted";
 
 #[derive(clap::Args)]
 #[command(after_help = AFTER_HELP, after_long_help = AFTER_LONG_HELP)]

@@ -103,12 +103,13 @@ impl Initiator {
         let remote_addr = target.va + plan.offset;
         let rkey = target.rkey;
         match plan.scenario {
-            // allreduce posts its own work requests (crate::allreduce::host).
+            // allreduce posts its own work requests (crate::allreduce::host); congestion none.
             Scenario::Write
             | Scenario::Loss
             | Scenario::TcpVsRdma
             | Scenario::Allreduce
-            | Scenario::Connect => SendOp::RdmaWrite { remote_addr, rkey },
+            | Scenario::Connect
+            | Scenario::Congestion => SendOp::RdmaWrite { remote_addr, rkey },
             Scenario::Read => SendOp::RdmaRead { remote_addr, rkey },
             Scenario::Send => SendOp::Send,
             // The immediate tells the target where the data is: its offset in the region.

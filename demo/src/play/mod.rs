@@ -76,6 +76,9 @@ pub fn run(options: &Options, observer: &mut dyn Observer) -> Result<(), DemoErr
     if options.scenario == Scenario::Connect {
         return crate::connect::run(options, observer);
     }
+    if options.scenario == Scenario::Congestion {
+        return crate::congestion::run(options, observer);
+    }
     if options.hosts.is_some() {
         return Err(DemoError::Usage(
             "--hosts applies to the allreduce scenario only".into(),

@@ -76,6 +76,8 @@ pub(crate) struct Engine {
     counters: Arc<Counters>,
     rings: RingMemory,
     rxe_compat: bool,
+    /// DCQCN's parameters, when the NIC runs it: every connected QP gets both ends.
+    dcqcn: Option<crate::dcqcn::Params>,
     limits: crate::limits::Limits,
     /// The host (a process, numbered by the control socket) of each context opened by a host
     /// in another process; in-process contexts have none, and no per-host limits.
@@ -120,6 +122,7 @@ pub(crate) struct Setup {
     pub counters: Arc<Counters>,
     pub rings: RingMemory,
     pub rxe_compat: bool,
+    pub dcqcn: Option<crate::dcqcn::Params>,
     pub limits: crate::limits::Limits,
     pub cm_response_timeout: u8,
 }
@@ -150,6 +153,7 @@ impl Engine {
             counters: setup.counters,
             rings: setup.rings,
             rxe_compat: setup.rxe_compat,
+            dcqcn: setup.dcqcn,
             limits: setup.limits,
             client_hosts: HashMap::new(),
             acks_due: Vec::new(),
@@ -320,7 +324,13 @@ impl Engine {
     fn next_deadline(&self) -> Option<Instant> {
         self.qps
             .iter()
-            .map(Qp::deadline)
+            // A QP with packets to send (requests, READ responses) also waits for its rate
+            // limiter.
+            .map(|qp| {
+                let pending = qp.sq.next != qp.sq.fetched || qp.recv.has_replies();
+                let limiter = crate::dcqcn::wake_at(qp).filter(|_| pending);
+                qp.deadline().into_iter().chain(limiter).min()
+            })
             .chain([
                 self.link_deadline,
                 self.ip_stack.deadline(),

@@ -361,6 +361,14 @@ impl Engine {
             sq_sig_all,
         )?;
         qp.rxe_compat = self.rxe_compat;
+        if qp_type != QpType::Ud {
+            qp.congestion = self.dcqcn.map(|p| {
+                Box::new(crate::dcqcn::QpCongestion::new(
+                    p,
+                    std::time::Instant::now(),
+                ))
+            });
+        }
         qp.p_key = self.port.pkeys.get(0).unwrap_or(pkey::DEFAULT);
         if qp_type == QpType::Ud {
             qp.attrs.path_mtu = self.port.max_mtu;

@@ -77,8 +77,11 @@ impl Engine {
         }
         let transport = bth.opcode.transport();
         if transport == Transport::Cnp {
-            // Congestion control is not modelled: a CNP is noted and dropped.
-            trace!("CNP received");
+            let (qps, mut io) = self.io();
+            match qps.get_mut(bth.dest_qp) {
+                Some(qp) => io.drive(qp, Instant::now(), crate::dcqcn::on_cnp),
+                None => crate::dcqcn::no_qp_for_cnp(&self.counters),
+            }
             return;
         }
         let qpn = bth.dest_qp;
@@ -142,6 +145,7 @@ impl Engine {
             qp.fetch_receives();
         }
         let ack_due = io.drive(qp, Instant::now(), |qp, ctx| {
+            crate::dcqcn::on_arrival(qp, ctx, &frame.repr.network);
             transport::on_packet(qp, ctx, &frame)
         });
         if ack_due && !self.acks_due.contains(&qpn) {

@@ -117,6 +117,7 @@ fn advance_una(qp: &mut Qp, ctx: &mut Ctx<'_>, to: u32) {
     if !psn::before(qp.send.una, to) {
         return;
     }
+    qp.send.window.on_ack(psn::diff(to, qp.send.una) as u32);
     qp.send.una = to;
     qp.send.retry_left = qp.attrs.retry_cnt;
     if let Some(r) = qp.send.recovering {
@@ -336,6 +337,7 @@ pub fn on_timers(qp: &mut Qp, ctx: &mut Ctx<'_>) {
         return;
     }
     let from = qp.send.una;
+    qp.send.window.on_timeout(qp.send.high);
     let head = qp.sq.entry(qp.sq.head);
     ctx.event(Event::RetransmitTimeout(Timeout {
         qpn: qp.qpn,
@@ -400,6 +402,7 @@ fn go_back(qp: &mut Qp, ctx: &mut Ctx<'_>, from: u32, why: GoBackReason) {
         psn: from,
         why,
     });
+    qp.send.window.on_loss(from, qp.send.high);
     // What is sent again asks for an answer itself: no probe on top of it.
     qp.send.probe_at = None;
     if qp.sq.rewind_to(from) {

@@ -1,8 +1,17 @@
 //! The transport engines, split as Linux rxe splits them: the [`requester`] turns send work
 //! requests into packets, the [`responder`] executes incoming requests against host memory and
 //! answers them, and the [`completer`] matches answers to requests and writes completions.
-//! This module holds what they share: the per-QP path to the peer, frame transmission and the
-//! scatter/gather copies between frames and host memory.
+//! This module holds what they share: the per-QP path to the peer, the scatter/gather copies
+//! between frames and host memory, and the way the engine drives them.
+//!
+//! The transport is sans-I/O, as quinn-proto and smoltcp are: its inputs are a received packet
+//! ([`on_packet`]), the work requests the engine fetched into the QP's queues ([`poll`]) and the
+//! time ([`Ctx::now`], [`on_timers`]); its outputs go to an [`Output`] — frames built straight
+//! into the caller's buffers, completions as values, decisions as typed [`Event`]s — and the
+//! next deadline is [`Qp::deadline`]. It touches no link, ring, clock or thread: the engine
+//! owns those (and [`Tx`], the link side of sending), and the simulator in `nic/tests/sim`
+//! runs the same transport on a simulated clock. A QP goes to the error state in one place,
+//! [`Qp::enter_error`].
 
 pub mod completer;
 pub mod event;
@@ -12,6 +21,7 @@ pub mod requester;
 pub mod responder;
 pub mod rules;
 pub mod send_queue;
+pub mod window;
 
 use std::collections::HashMap;
 use std::net::IpAddr;

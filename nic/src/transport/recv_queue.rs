@@ -79,3 +79,57 @@ impl RecvQueue {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verbs::types::{RecvWr, Sge};
+    use crate::wqe::{encode_recv, recv_slot_size};
+
+    fn slot(cap: &QpCap, wr_id: u64, sges: &[Sge]) -> Vec<u8> {
+        let mut slot = vec![0; recv_slot_size(cap)];
+        encode_recv(
+            &mut slot,
+            &RecvWr {
+                wr_id,
+                sg_list: sges,
+            },
+            cap,
+        )
+        .unwrap();
+        slot
+    }
+
+    #[test]
+    fn receives_are_taken_oldest_first_and_a_malformed_one_is_named() {
+        let cap = QpCap {
+            max_recv_sge: 1,
+            ..QpCap::default()
+        };
+        let mut q = RecvQueue::new(2, &cap);
+        let sge = Sge {
+            addr: 0x40,
+            length: 100,
+            lkey: 7,
+        };
+        q.push(&slot(&cap, 1, &[sge]), &cap);
+        // Two entries where the QP allows one: decoded as malformed, kept in its turn.
+        let mut two = slot(&cap, 2, &[sge]);
+        two[8..12].copy_from_slice(&2u32.to_ne_bytes());
+        q.push(&two, &cap);
+        assert!(q.is_full());
+        let mut wqe = RecvWqe::with_capacity(&cap);
+        assert_eq!(q.take(&mut wqe), Some(Ok(())));
+        assert_eq!((wqe.wr_id, wqe.capacity()), (1, 100));
+        assert!(matches!(
+            q.take(&mut wqe),
+            Some(Err(WqeError::TooManySge(2, 1)))
+        ));
+        assert_eq!(wqe.wr_id, 2);
+        assert_eq!(q.take(&mut wqe), None);
+        // The slots are reused, wrapping around.
+        q.push(&slot(&cap, 3, &[sge]), &cap);
+        assert_eq!(q.take(&mut wqe), Some(Ok(())));
+        assert_eq!((wqe.wr_id, q.len()), (3, 0));
+    }
+}

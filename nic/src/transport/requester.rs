@@ -15,10 +15,9 @@ use crate::counters;
 use crate::qp::Qp;
 use crate::verbs::types::{QpState, QpType, SendFlags, SendOp, WcStatus};
 
-/// Packets that may be unacknowledged at once. Go-back-N sends again everything in flight after
-/// a lost packet, so the window is what one loss costs; 64 packets keep two engines' pipeline
-/// full (measured: the same fault-free goodput as 256) while 1% loss keeps over half of it.
-pub const WINDOW: u32 = 64;
+/// Packets that may be unacknowledged at once when nothing is lost; losses shrink the window
+/// (see [`super::window`]).
+pub const WINDOW: u32 = super::window::MAX;
 /// Even inside a long message, ask for an ACK this often so the window keeps moving.
 pub const ACK_REQ_EVERY: u32 = 16;
 
@@ -58,6 +57,8 @@ pub struct SendState {
     /// Something was sent again (a probe, or the timer's go-back) since the responder last
     /// showed progress: no probe until it does.
     pub probe_spent: bool,
+    /// How many packets may be unacknowledged: losses shrink it, acknowledgements grow it.
+    pub window: super::window::Window,
 }
 
 /// The retransmission timeout of the `timeout` attribute: 4.096 µs × 2^timeout (0 = none).
@@ -99,6 +100,9 @@ pub fn run(qp: &mut Qp, ctx: &mut Ctx<'_>, budget: usize) -> usize {
         && qp.sq.next != qp.sq.fetched
         && ctx.out.can_send()
     {
+        if !crate::dcqcn::may_send(qp, ctx) {
+            break;
+        }
         let index = qp.sq.next;
         let entry = qp.sq.entry(index);
         if entry.failed.is_some() {
@@ -132,13 +136,20 @@ pub fn run(qp: &mut Qp, ctx: &mut Ctx<'_>, budget: usize) -> usize {
         }
         let entry = qp.sq.entry(index);
         let packet_psn = psn::add(entry.first_psn, entry.sent);
-        if qp.qp_type == QpType::Rc && psn::diff(packet_psn, qp.send.una) >= WINDOW as i32 {
+        if qp.qp_type == QpType::Rc
+            && psn::diff(packet_psn, qp.send.una) >= qp.send.window.packets() as i32
+        {
             break;
         }
+        let tx_bytes = ctx
+            .counters
+            .tx_bytes
+            .load(std::sync::atomic::Ordering::Relaxed);
         if let Err(status) = send_packet(qp, ctx, index) {
             qp.sq.entry_mut(index).failed = Some(status);
             continue;
         }
+        crate::dcqcn::sent(qp, ctx, tx_bytes);
         sent += 1;
         let entry = qp.sq.entry(index);
         if entry.fully_sent() {
@@ -249,7 +260,8 @@ pub fn probe(qp: &mut Qp, ctx: &mut Ctx<'_>) {
 /// still comes well before the timer.
 pub fn probe_interval(send: &SendState, timeout: u8) -> Option<Duration> {
     let t = retransmit_timeout(timeout)?;
-    Some((send.srtt * 4).max(t / 4).min(t / 2))
+    let floor = send.window.probe_floor().map_or(t / 4, |f| f.min(t / 4));
+    Some((send.srtt * 4).max(floor).min(t / 2))
 }
 
 /// Builds and sends packet `n` of request `index` (a probe always asks for an ACK).
@@ -351,7 +363,10 @@ fn emit(qp: &mut Qp, ctx: &mut Ctx<'_>, index: u32, n: u32, probe: bool) -> Resu
 
     let mut bth = bth::Repr::new(opcode, dest_qp, packet_psn);
     bth.p_key = qp.p_key;
-    let ack_every = qp.send.since_ack_req + 1 >= ACK_REQ_EVERY;
+    // Twice per window at least: a window that losses made small must not fill up with
+    // packets nobody is asked to acknowledge.
+    let every = ACK_REQ_EVERY.min(qp.send.window.packets() / 4).max(1);
+    let ack_every = qp.send.since_ack_req + 1 >= every;
     bth.ack_req = qp.qp_type == QpType::Rc && (last || ack_every || probe);
     // The solicited event bit goes on the packet that completes a receive at the peer.
     bth.solicited = last

@@ -38,10 +38,14 @@ fn case() -> impl Strategy<Value = Case> {
     (
         (any::<u64>(), 1usize..60, mtu(), psn()),
         (0.0..0.15f64, 0.0..0.05f64, 0.0..0.03f64, 0.0..0.2f64),
-        (any::<bool>(), 1usize..16, 1u8..=16),
+        (any::<bool>(), 1usize..16, 1u8..=16, any::<bool>()),
     )
         .prop_map(
-            |((seed, ops, mtu, psn), (loss, duplicate, corrupt, reorder), (rnr, window, rd))| {
+            |(
+                (seed, ops, mtu, psn),
+                (loss, duplicate, corrupt, reorder),
+                (rnr, window, rd, both_ways),
+            )| {
                 Case {
                     seed,
                     ops,
@@ -54,6 +58,7 @@ fn case() -> impl Strategy<Value = Case> {
                     rnr,
                     window,
                     max_rd_atomic: rd,
+                    both_ways,
                 }
             },
         )
@@ -71,6 +76,8 @@ proptest! {
     #![proptest_config(ProptestConfig {
         cases: cases(),
         failure_persistence: None,
+        // A failing case runs until it is stuck: keep shrinking to a minute.
+        max_shrink_time: 60_000,
         ..ProptestConfig::default()
     })]
 
@@ -82,18 +89,46 @@ proptest! {
     }
 }
 
-/// Runs the case a failure printed: `ROCE_SIM_CASE='seed=…' cargo test -p roce-nic --test sim
-/// replay -- --nocapture`. Without the variable it runs a fixed case, so it always runs.
+/// Runs the case a failure printed: `ROCE_SIM_CASE='seed=…' cargo test -p roce-nic --test
+/// sim -- --exact replay --nocapture`. Without the variable it runs a fixed case, so it always
+/// runs.
 #[test]
 fn replay() {
     let text = std::env::var("ROCE_SIM_CASE").unwrap_or_else(|_| {
-        "seed=0x1,ops=200,mtu=256,psn=0xffffc0,loss=0.05,dup=0.02,corrupt=0.01,reorder=0.1,rnr=true,window=8,rd=4".into()
+        "seed=0x1,ops=200,mtu=256,psn=0xffffc0,loss=0.05,dup=0.02,corrupt=0.01,reorder=0.1,rnr=true,window=8,rd=4,both=true".into()
     });
     let case: Case = text.parse().expect("a case");
     match workload::run(&case) {
         Ok(outcome) => println!("{case}: {outcome:?}"),
         Err(e) => panic!("{e}\ncase: {case}"),
     }
+}
+
+/// A case is a function of its parameters alone: run twice, it takes the same course (the
+/// same frames, faults, retransmissions and simulated time), so the command a failure prints
+/// replays it exactly.
+#[test]
+fn a_case_runs_the_same_every_time() {
+    let case: Case = "seed=0x77,ops=80,mtu=256,psn=0xffff00,loss=0.05,dup=0.03,corrupt=0.02,reorder=0.1,rnr=true,window=6,rd=3,both=true"
+        .parse()
+        .expect("a case");
+    let runs = [workload::run(&case), workload::run(&case)].map(|r| {
+        let o = r.expect("the case passes");
+        (
+            o.simulated,
+            o.frames,
+            o.lost,
+            o.retransmitted,
+            o.rnr_naks,
+            o.go_backs,
+        )
+    });
+    assert_eq!(runs[0], runs[1]);
+    assert!(
+        runs[0].2 > 0 && runs[0].3 > 0,
+        "faults happened: {:?}",
+        runs[0]
+    );
 }
 
 /// How fast the simulator runs: `ROCE_SIM_MESSAGES` messages (a million by default) under
@@ -112,9 +147,11 @@ fn throughput() {
     let (mut simulated, mut rnr_naks, mut go_backs) = (0, 0, 0);
     let mut seed = 1u64;
     while messages < total {
+        // Every other case sends both ways: half the messages each way.
+        let ways = if seed % 2 == 0 { 2 } else { 1 };
         let case = Case {
             seed,
-            ops: per_case.min(total - messages),
+            ops: (per_case.min(total - messages) / ways).max(1),
             mtu: [Mtu::M256, Mtu::M1024, Mtu::M4096][seed as usize % 3],
             psn: 0xff_ffff - (seed as u32 % 100),
             loss: 0.02,
@@ -124,6 +161,7 @@ fn throughput() {
             rnr: seed % 4 == 0,
             window: 16,
             max_rd_atomic: 8,
+            both_ways: ways == 2,
         };
         let outcome = workload::run(&case)
             .unwrap_or_else(|e| panic!("{e}\nreplay: {}", case.replay_command()));

@@ -63,7 +63,7 @@ impl Act<'_, '_> {
     pub(super) fn reception(&mut self, wc: &Wc) -> Result<(), DemoError> {
         let title = match self.plan.scenario {
             // tcp-vs-rdma and allreduce are played elsewhere; the WRITE of tcp-vs-rdma is this.
-            Scenario::Write | Scenario::TcpVsRdma | Scenario::Allreduce | Scenario::Connect => "The target's NIC checks each packet and writes the data into memory; an ACK goes back",
+            Scenario::Write | Scenario::TcpVsRdma | Scenario::Allreduce | Scenario::Connect | Scenario::Congestion => "The target's NIC checks each packet and writes the data into memory; an ACK goes back",
             Scenario::Read => "The target's NIC checks the request and answers from memory",
             Scenario::Atomic => "The target's NIC adds to the counter in memory and sends back the value before",
             Scenario::Loss => "A packet is lost: the target's NIC asks for it, the initiator's NIC goes back",

@@ -7,8 +7,8 @@
 //! RNR when a SEND finds no receive posted). Duplicates are re-acknowledged, never re-executed:
 //! READs are answered again from memory and atomics from their saved result.
 //!
-//! Split by what it does: [`checks`] (before anything is executed), [`execute`], [`duplicates`],
-//! [`replies`] (ACKs, NAKs, READ responses), [`ud`] and [`flush`] (the error state). This
+//! Split by what it does: `checks` (before anything is executed), `execute`, `duplicates`,
+//! `replies` (ACKs, NAKs, READ responses), `ud` and `flush` (the error state). This
 //! module holds the receive-side state and the way in: the PSN check.
 
 mod checks;

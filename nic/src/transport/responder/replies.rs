@@ -116,6 +116,14 @@ pub fn send_replies(qp: &mut Qp, ctx: &mut Ctx<'_>, budget: usize) -> usize {
     let mtu = u64::from(qp.attrs.path_mtu.bytes());
     let mut sent = 0;
     while sent < budget && ctx.out.can_send() {
+        // READ responses are this QP's data too: DCQCN's rate limiter paces them.
+        if qp.recv.has_replies() && !crate::dcqcn::may_send(qp, ctx) {
+            break;
+        }
+        let tx_bytes = ctx
+            .counters
+            .tx_bytes
+            .load(std::sync::atomic::Ordering::Relaxed);
         let reply = match qp.recv.replies.front().copied() {
             None => break,
             Some(Reply::Atomic { psn, original }) => {
@@ -172,6 +180,7 @@ pub fn send_replies(qp: &mut Qp, ctx: &mut Ctx<'_>, budget: usize) -> usize {
             qp.enter_error(ctx, ErrorCause::ReadSourceGone { psn: p });
             break;
         }
+        crate::dcqcn::sent(qp, ctx, tx_bytes);
         counters::add(&ctx.counters.dma_read_bytes, n);
         counters::bump(&ctx.counters.read_responses_sent);
         ctx.event(Event::ReadResponseSent { psn: p, len: n });

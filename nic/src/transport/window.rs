@@ -1,0 +1,156 @@
+//! How many packets an RC requester keeps unacknowledged: a window that losses shrink and
+//! acknowledgements grow again, as IRN-style NICs bound what they keep in flight (Mittal et
+//! al., "Revisiting Network Support for RDMA", SIGCOMM 2018). Go-back-N sends again everything
+//! after a lost packet, so the window is what one loss costs; a full window where nothing is
+//! lost keeps the pipeline full, a small one after losses keeps each loss cheap.
+//!
+//! Multiplicative decrease, once per window of data: a loss halves the window, and further
+//! losses among the packets that were in flight at that moment (the same episode — one burst
+//! of drops, or the go-back-N's own duplicates) do not halve it again. A retransmission timeout
+//! (nothing came back at all) brings it to the minimum. Every acknowledged packet grows it:
+//! by one below the threshold the last loss set (slow start, back to half quickly), by
+//! 1/window above it (additive increase: one packet per window's worth acknowledged).
+
+use super::psn;
+
+/// The most packets unacknowledged: the window of a QP that has seen no loss. 64 packets keep
+/// two engines' pipeline full (the same fault-free goodput as 256).
+pub const MAX: u32 = 64;
+/// The least: enough for ACK coalescing and a READ or two to keep going.
+pub const MIN: u32 = 4;
+/// How long a quiet line with losses behind it waits at least before a probe.
+const LOSSY_PROBE_FLOOR: std::time::Duration = std::time::Duration::from_micros(250);
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Window {
+    packets: f64,
+    /// Where slow start ends (the window the last loss halved to).
+    threshold: f64,
+    /// One past the highest PSN sent when the window was last cut: losses before it belong to
+    /// that episode.
+    episode_end: Option<u32>,
+    /// Cuts made (losses and timeouts), for the counters.
+    pub cuts: u64,
+}
+
+impl Default for Window {
+    fn default() -> Window {
+        Window {
+            packets: f64::from(MAX),
+            threshold: f64::from(MAX),
+            episode_end: None,
+            cuts: 0,
+        }
+    }
+}
+
+impl Window {
+    /// Packets that may be unacknowledged now.
+    pub fn packets(&self) -> u32 {
+        (self.packets as u32).clamp(MIN, MAX)
+    }
+
+    /// `n` more packets were acknowledged.
+    pub fn on_ack(&mut self, n: u32) {
+        for _ in 0..n.min(MAX) {
+            self.packets += if self.packets < self.threshold {
+                1.0
+            } else {
+                1.0 / self.packets
+            };
+        }
+        self.packets = self.packets.min(f64::from(MAX));
+    }
+
+    /// The packet at PSN `lost` was lost (a sequence NAK, a gap in READ answers); `high` is one
+    /// past the highest PSN sent.
+    pub fn on_loss(&mut self, lost: u32, high: u32) {
+        if self.episode_end.is_some_and(|end| psn::before(lost, end)) {
+            return;
+        }
+        self.packets = (self.packets / 2.0).max(f64::from(MIN));
+        self.threshold = self.packets;
+        self.episode_end = Some(high);
+        self.cuts += 1;
+    }
+
+    /// The least time a quiet line waits for a probe on a lossy path, if this one has lost
+    /// packets (its window is below the maximum): losses are then what a quiet line most likely
+    /// means, and a duplicate probe (an engine that did not run for a while) costs one packet.
+    pub fn probe_floor(&self) -> Option<std::time::Duration> {
+        (self.packets() < MAX).then_some(LOSSY_PROBE_FLOOR)
+    }
+
+    /// The retransmission timer fired: nothing at all came back.
+    pub fn on_timeout(&mut self, high: u32) {
+        self.threshold = (self.packets / 2.0).max(f64::from(MIN));
+        self.packets = f64::from(MIN);
+        self.episode_end = Some(high);
+        self.cuts += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_losses_the_window_is_full() {
+        let mut w = Window::default();
+        assert_eq!(w.packets(), MAX);
+        w.on_ack(1000);
+        assert_eq!(w.packets(), MAX);
+    }
+
+    #[test]
+    fn a_loss_halves_it_once_per_episode() {
+        let mut w = Window::default();
+        w.on_loss(100, 164);
+        assert_eq!(w.packets(), MAX / 2);
+        // More drops from the same flight: no further cut.
+        w.on_loss(120, 200);
+        w.on_loss(163, 200);
+        assert_eq!(w.packets(), MAX / 2);
+        assert_eq!(w.cuts, 1);
+        // A loss of a packet sent after the cut: a new episode.
+        w.on_loss(164, 200);
+        assert_eq!(w.packets(), MAX / 4);
+        assert_eq!(w.cuts, 2);
+    }
+
+    #[test]
+    fn it_never_goes_below_the_minimum() {
+        let mut w = Window::default();
+        for n in 0..20 {
+            w.on_loss(n * 1000, n * 1000 + 1);
+        }
+        assert_eq!(w.packets(), MIN);
+    }
+
+    #[test]
+    fn after_a_loss_it_grows_additively_and_after_a_timeout_it_slow_starts_to_half() {
+        let mut w = Window::default();
+        w.on_loss(0, 64);
+        assert_eq!(w.packets(), 32);
+        // Additive: one packet per window of acknowledgements (1/32, then 1/32.03, ...).
+        w.on_ack(32);
+        assert_eq!(w.packets(), 32);
+        w.on_ack(1);
+        assert_eq!(w.packets(), 33);
+        w.on_timeout(100);
+        assert_eq!(w.packets(), MIN);
+        // Slow start: one per acknowledged packet up to half the window before the timeout.
+        w.on_ack(10);
+        assert_eq!(w.packets(), MIN + 10);
+        w.on_ack(100);
+        assert!((17..=23).contains(&w.packets()), "{}", w.packets());
+    }
+
+    #[test]
+    fn psn_wraparound_keeps_the_episode() {
+        let mut w = Window::default();
+        w.on_loss(psn::MASK - 2, 5);
+        w.on_loss(2, 10);
+        assert_eq!(w.cuts, 1);
+    }
+}
