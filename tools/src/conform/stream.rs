@@ -51,7 +51,7 @@ struct Slot {
     ends: bool,
     /// The original value the first atomic ACK for it carried.
     original: Option<u64>,
-    /// A READ or atomic request: answers seen for it.
+    /// A READ or atomic request: whole answers seen for it.
     answered: u32,
 }
 
@@ -958,10 +958,11 @@ impl Stream {
         }
     }
 
-    /// Counts the first READ response (FIRST or ONLY) or an atomic ACK against its request.
+    /// Counts a READ's last response (LAST or ONLY: its answer is whole) or an atomic ACK
+    /// against its request.
     fn note_answered(&mut self, kind: Kind, p: u32) {
         let first = match self.slot(p) {
-            Some(s) if matches!(kind, Kind::ReadResponseFirst | Kind::ReadResponseOnly) => {
+            Some(s) if matches!(kind, Kind::ReadResponseLast | Kind::ReadResponseOnly) => {
                 s.read_first
             }
             Some(s) if kind == Kind::AtomicAcknowledge && s.opcode().kind().is_atomic() => Some(p),
