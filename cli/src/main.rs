@@ -20,6 +20,7 @@ mod nic;
 mod perftest;
 mod pingpong;
 mod rping;
+mod run;
 mod signals;
 mod switch;
 mod ucmatose;
@@ -109,6 +110,10 @@ enum Command {
     /// through the RDMA CM (SIDR).
     #[command(after_long_help = udaddy::EXAMPLES)]
     Udaddy(udaddy::Args),
+    /// Run an unmodified verbs program (ibv_devinfo, ibv_rc_pingpong, perftest, ...) on an
+    /// emulated NIC, with our libibverbs.so.1 and librdmacm.so.1.
+    #[command(after_long_help = run::EXAMPLES)]
+    Run(run::Args),
     /// Use a running NIC from the shell: serve a region, post RDMA work, show the NIC.
     #[command(subcommand)]
     Host(host::Command),
@@ -149,6 +154,7 @@ fn main() -> ExitCode {
         Command::Rping(args) => rping::run(args),
         Command::Ucmatose(args) => ucmatose::run(args),
         Command::Udaddy(args) => udaddy::run(args),
+        Command::Run(args) => run::run(args),
         Command::Host(cmd) => host::run(cmd),
         Command::Switch(args) => switch::run(args),
         Command::Fabric(cmd) => fabric::run(cmd),

@@ -46,7 +46,20 @@ fn pingpongs_at_path_mtu_1024() {
             (Pingpong("uc"), "-n 100 -s 4096"),
             (Pingpong("ud"), "-n 100 -s 1024"),
             (Pingpong("srq"), "-n 200 -s 4096 -q 16"),
-        ]),
+        ])
+        .into_iter()
+        // Debian's own programs on our NIC too, under `roce run` (our libibverbs.so.1).
+        .chain(
+            [
+                (Pingpong("rc"), "-n 100 -s 4096 -c"),
+                (Pingpong("rc"), "-n 100 -s 1024 -N"),
+                (Pingpong("uc"), "-n 100 -s 4096 -c"),
+                (Pingpong("ud"), "-n 100 -s 1024 -c"),
+            ]
+            .into_iter()
+            .flat_map(|(kind, args)| Scenario::unmodified_both_ways(kind, args)),
+        )
+        .collect(),
     });
 }
 
@@ -74,6 +87,19 @@ fn perftest_at_path_mtu_1024() {
         (Perftest("atomic_lat"), "-n 200 -A FETCH_AND_ADD"),
         (Perftest("atomic_lat"), "-n 200 -A CMP_AND_SWAP"),
     ]);
+    // Debian's own perftest on our NIC too, under `roce run` (our libibverbs.so.1).
+    for (test, args) in [
+        ("write_bw", "-s 65536 -n 200"),
+        ("write_bw", "-s 100 -n 500"),
+        ("read_bw", "-s 65536 -n 200"),
+        ("send_bw", "-s 1000 -n 500"),
+        ("atomic_bw", "-n 500 -A FETCH_AND_ADD"),
+        ("write_lat", "-s 2 -n 200"),
+        ("read_lat", "-s 8192 -n 100"),
+        ("send_lat", "-s 2 -n 200"),
+    ] {
+        list.extend(Scenario::unmodified_both_ways(Perftest(test), args));
+    }
     // READ sweeps: the guest's of us, and ours of the guest, where under TCG its 4–8 MiB answers
     // pause longer than timeout 14 (67 ms) allows, so those runs give it 1 s.
     for test in ["read_bw", "read_lat"] {
@@ -288,7 +314,17 @@ fn rping_through_the_rdma_cm() {
             (Perftest("write_bw"), "-R -s 65536 -n 200"),
             (Perftest("send_lat"), "-R -s 2 -n 200"),
             (Udaddy, "-C 50 -S 1000"),
-        ]),
+        ])
+        .into_iter()
+        // Debian's own rping, ucmatose and ib_write_bw -R on our NIC too, under `roce run`
+        // (our librdmacm calls on the NIC's connection manager).
+        .chain(Scenario::unmodified_both_ways(Rping, "-C 100 -V"))
+        .chain(Scenario::unmodified_both_ways(Ucmatose, "-C 50 -S 1000"))
+        .chain(Scenario::unmodified_both_ways(
+            Perftest("write_bw"),
+            "-R -s 65536 -n 200",
+        ))
+        .collect(),
     });
     if let (Some(nic), true) = (captures.first(), interop::captures::regenerate()) {
         interop::pair::commit_handshakes(nic, RPING_CAPTURE);

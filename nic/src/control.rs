@@ -14,10 +14,10 @@ use serde::{Deserialize, Serialize};
 use crate::cm::{CmEvent, ConnParam};
 use crate::counters::Snapshot;
 use crate::cq::EventLine;
+use crate::error::VerbsError;
 use crate::host::codec::fields;
 use crate::ring::Geometry;
-use crate::verbs::types::{AddressVector, Gid, Mtu, QpAttr, QpCap, QpType};
-use crate::verbs::VerbsError;
+use crate::types::{AddressVector, Gid, Mtu, QpAttr, QpCap, QpType};
 
 /// Identifies one host program (one opened context) to the engine.
 pub type ClientId = u64;

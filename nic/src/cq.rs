@@ -12,7 +12,7 @@ use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use crate::counters::{self, Counters};
 use crate::eventfd::EventFd;
 use crate::ring::{Producer, Ring};
-use crate::verbs::types::{Wc, WcStatus};
+use crate::types::{Wc, WcStatus};
 use crate::wqe::{encode_cqe, CQE_SIZE};
 
 /// An eventfd a host program sleeps on until the engine signals a completion.

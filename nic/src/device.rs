@@ -19,7 +19,7 @@ use crate::counters::{Counters, Snapshot};
 use crate::engine::{Engine, RingMemory, Setup};
 use crate::link::Link;
 use crate::qp::PortInfo;
-use crate::verbs::types::{Gid, Mtu};
+use crate::types::{Gid, Mtu};
 use crate::verbs::{Backend, Context, VerbsError};
 use crate::waker::{SharedWord, Waker};
 

@@ -16,7 +16,7 @@ use crate::transport::requester::SendState;
 use crate::transport::responder::{self, RecvState};
 use crate::transport::send_queue::SendQueue;
 use crate::transport::{psn, udp_src_port, Ctx, ErrorCause, Event, Path};
-use crate::verbs::types::{AddressVector, Gid, Mtu, QpAttr, QpCap, QpState, QpType, WcStatus};
+use crate::types::{AddressVector, Gid, Mtu, QpAttr, QpCap, QpState, QpType, WcStatus};
 use crate::wqe::{recv_slot_size, send_slot_size, SendWqe};
 
 /// Current attribute values of a QP (what `query` reports).

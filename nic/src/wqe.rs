@@ -15,9 +15,7 @@
 //! CQE (64 bytes): `0 wr_id u64 | 8 status u8 | 9 opcode u8 | 10 wc_flags u8 | 12 byte_len u32 |
 //! 16 imm_data u32 | 20 qp_num u32 | 24 src_qp u32`.
 
-use crate::verbs::types::{
-    QpCap, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, Wc, WcOpcode, WcStatus,
-};
+use crate::types::{QpCap, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, Wc, WcOpcode, WcStatus};
 
 /// Most scatter/gather entries in one work request.
 pub const MAX_SGE: u32 = 32;

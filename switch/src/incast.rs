@@ -13,7 +13,7 @@ use roce_nic::dcqcn::rp::ReactionPoint;
 use roce_nic::dcqcn::Params;
 use roce_nic::link::ecn::{self, Ecn};
 use roce_nic::transport::Path;
-use roce_nic::verbs::types::{AddressVector, Gid};
+use roce_nic::verbs::{AddressVector, Gid};
 use roce_wire::{bth, EthernetAddress, Extensions, Kind, Opcode, Transport};
 
 use crate::red::Red;

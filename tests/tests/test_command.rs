@@ -66,8 +66,9 @@ fn literal_or_constant<'a>(
     constants.get(&name).map(String::as_str)
 }
 
-/// The programs a Rust source executes: `Command::new(P)` (a literal or a string constant), and
-/// argument vectors handed to a namespace's `command`/`spawn` or built as `argv = vec![...]`.
+/// The programs a Rust source executes: `Command::new(P)` (a literal or a string constant),
+/// argument vectors handed to a namespace's `command`/`spawn` or built as `argv = vec![...]`,
+/// and the verbs programs a test checks with `installed(P, package)` before `roce run`s them.
 fn executed_by_rust(text: &str, constants: &BTreeMap<String, String>) -> Vec<String> {
     let mut found = Vec::new();
     for (pattern, skip) in [
@@ -75,6 +76,8 @@ fn executed_by_rust(text: &str, constants: &BTreeMap<String, String>) -> Vec<Str
         (".command(&[", "&["),
         (".spawn(&[", "&["),
         ("argv = vec![", ""),
+        // A verbs program a test runs under `roce run` (cli/tests/libverbs.rs).
+        ("installed(", ""),
     ] {
         for (at, _) in text.match_indices(pattern) {
             let rest = &text[at + pattern.len()..];
@@ -220,6 +223,7 @@ fn the_scan_finds_each_way_a_test_names_a_program() {
         ns.command(&["nft", "-f", file]); ns.command(&[&["tc"], args].concat());
         ns.spawn(&["/usr/bin/python3", "-c", program]);
         let mut argv = vec!["ping", "-c", "3"];
+        installed("ibv_devinfo", "ibverbs-utils");
     "#;
     let mut constants = BTreeMap::new();
     string_constants(rust, &mut constants);
@@ -230,6 +234,7 @@ fn the_scan_finds_each_way_a_test_names_a_program() {
         [
             "/usr/bin/python3",
             "chromium",
+            "ibv_devinfo",
             "nft",
             "ping",
             "tc",

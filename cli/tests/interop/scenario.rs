@@ -25,6 +25,9 @@ pub struct Scenario {
     pub args: Vec<String>,
     /// Whether the guest is the server (and `roce` the client).
     pub guest_serves: bool,
+    /// Our side is Debian's same program, unmodified, under `roce run` (our libibverbs.so.1)
+    /// rather than `roce pingpong`/`roce perftest`.
+    pub unmodified: bool,
 }
 
 /// The longest a guest tool may run before the guest's script kills it.
@@ -36,7 +39,16 @@ impl Scenario {
             kind,
             args: args.split_whitespace().map(str::to_owned).collect(),
             guest_serves,
+            unmodified: false,
         }
+    }
+
+    /// Both directions, with Debian's program under `roce run` on our side.
+    pub fn unmodified_both_ways(kind: Kind, args: &str) -> [Scenario; 2] {
+        Scenario::both_ways(kind, args).map(|s| Scenario {
+            unmodified: true,
+            ..s
+        })
     }
 
     /// Both directions of the same run.
@@ -74,11 +86,12 @@ impl Scenario {
     }
 
     pub fn name(&self) -> String {
+        let ours = if self.unmodified { "roce run" } else { "roce" };
         format!(
             "{} {} ({} serves)",
             self.program(),
             self.args.join(" "),
-            if self.guest_serves { "guest" } else { "roce" }
+            if self.guest_serves { "guest" } else { ours }
         )
     }
 
@@ -147,6 +160,40 @@ impl Scenario {
 
     /// `roce` arguments for our side (without the NIC or the limits).
     pub fn our_args(&self, port: u16) -> Vec<String> {
+        if self.unmodified {
+            let mut args: Vec<String> = vec!["run".into(), "--".into(), self.program()];
+            match self.kind {
+                Kind::Pingpong(_) => args.extend(["-g".into(), "1".into()]),
+                Kind::Perftest(_) => args.extend(["-x".into(), "1".into()]),
+                // rping names the server's address on both sides.
+                Kind::Rping => {
+                    let (role, addr) = if self.guest_serves {
+                        ("-c", super::guest::GUEST_IP)
+                    } else {
+                        ("-s", NIC_IP)
+                    };
+                    args.extend([role.into(), "-v".into(), "-a".into(), addr.into()]);
+                    args.extend(["-p".into(), port.to_string()]);
+                    args.extend(self.args.iter().cloned());
+                    return args;
+                }
+                Kind::Ucmatose => {}
+                Kind::Udaddy => panic!("udaddy's UD service (SIDR) is not in our librdmacm"),
+            }
+            args.extend(["-p".into(), port.to_string()]);
+            if self.kind == Kind::Ucmatose {
+                args.extend(self.args.iter().cloned());
+                if self.guest_serves {
+                    args.extend(["-s".into(), super::guest::GUEST_IP.into()]);
+                }
+                return args;
+            }
+            args.extend(self.args.iter().cloned());
+            if self.guest_serves {
+                args.push(super::guest::GUEST_IP.into());
+            }
+            return args;
+        }
         let mut args: Vec<String> = match self.kind {
             Kind::Pingpong(name) => vec!["pingpong".into(), name.into()],
             Kind::Perftest(name) => vec!["perftest".into(), name.into()],
@@ -197,6 +244,11 @@ impl Scenario {
     /// perftest's result table (except where perftest prints none: the server of the READ and
     /// atomic latency tests), with `-a` down to the 8 MiB line.
     pub fn guest_success_text(&self) -> Option<String> {
+        self.success_text(self.guest_serves)
+    }
+
+    /// What the real program prints on success as the server (`server`) or the client.
+    pub fn success_text(&self, server: bool) -> Option<String> {
         match self.kind {
             Kind::Pingpong(_) => {
                 let iters = self
@@ -214,12 +266,12 @@ impl Scenario {
                     .find(|w| w[0] == "-C")
                     .and_then(|w| w[1].parse::<u64>().ok())
                     .expect("an rping scenario gives -C");
-                let who = if self.guest_serves { "server " } else { "" };
+                let who = if server { "server " } else { "" };
                 Some(format!("\n{who}ping data: rdma-ping-{}: ", count - 1))
             }
             // The real ones check nothing they received: they completed, and said so.
             Kind::Ucmatose | Kind::Udaddy => Some("\ndata transfers complete\n".into()),
-            Kind::Perftest("read_lat" | "atomic_lat") if self.guest_serves => None,
+            Kind::Perftest("read_lat" | "atomic_lat") if server => None,
             // `-a`: both sides end on the line of the largest size.
             Kind::Perftest(_) if self.args.iter().any(|a| a == "-a") => Some(" 8388608 ".into()),
             Kind::Perftest(_) => Some(" #bytes ".into()),

@@ -81,7 +81,7 @@ pub fn cnp(path: &Path, dest_qp: u32, p_key: u16, params: &Params) -> FrameRepr 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verbs::types::AddressVector;
+    use crate::types::AddressVector;
     use roce_wire::EthernetAddress;
     use std::time::Duration;
 
@@ -104,7 +104,7 @@ mod tests {
     #[test]
     fn our_cnp_is_byte_for_byte_the_connectx4_lx_one() {
         let av = AddressVector {
-            dgid: crate::verbs::types::Gid::from_ip("10.0.18.1".parse().unwrap()),
+            dgid: crate::types::Gid::from_ip("10.0.18.1".parse().unwrap()),
             sgid_index: 0,
             flow_label: 0,
             hop_limit: 64,

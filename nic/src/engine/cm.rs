@@ -35,9 +35,9 @@ use super::{Engine, GSI_QPN};
 mod sidr;
 use crate::cm::{CmEvent, CmEventKind, ConnParam, REJ_PRIVATE_DATA, REP_PRIVATE_DATA};
 use crate::control::{ClientId, Reply, Response};
+use crate::error::VerbsError;
 use crate::qp::MAX_RD_ATOMIC;
-use crate::verbs::types::{AddressVector, Gid, Mtu, QpAttr, QpState, QpType};
-use crate::verbs::VerbsError;
+use crate::types::{AddressVector, Gid, Mtu, QpAttr, QpState, QpType};
 
 /// The response timeout code our MADs carry when the device sets none: 20, 4.3 s, as the
 /// RDMA CM sends (`CMA_CM_RESPONSE_TIMEOUT`).

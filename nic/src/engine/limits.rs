@@ -4,7 +4,7 @@
 
 use super::Engine;
 use crate::control::ClientId;
-use crate::verbs::VerbsError;
+use crate::error::VerbsError;
 
 /// The kinds of object a host creates.
 #[derive(Debug, Clone, Copy)]

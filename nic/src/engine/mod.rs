@@ -33,7 +33,7 @@ use crate::link::Link;
 use crate::port::IpStack;
 use crate::qp::{PortInfo, Qp};
 use crate::transport::{self, requester, responder, Ctx, ErrorCause, Event, Output, Path, Tx};
-use crate::verbs::types::{QpState, Wc};
+use crate::types::{QpState, Wc};
 use crate::waker::{Interest, Waker};
 use neighbours::NeighbourNeed;
 

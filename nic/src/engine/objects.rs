@@ -12,12 +12,12 @@ use super::limits::Object;
 use super::{Engine, RingMemory, GSI_QPN};
 use crate::control::{ClientId, DeviceInfo, Request, Response, RingMap};
 use crate::cq::{Cq, EventLine};
+use crate::error::VerbsError;
 use crate::pkey;
 use crate::qp::{ring_layout, Qp, MAX_RD_ATOMIC};
 use crate::ring::{Geometry, Ring};
 use crate::transport::{udp_src_port, Event, Path};
-use crate::verbs::types::{QpAttr, QpCap, QpState, QpType};
-use crate::verbs::VerbsError;
+use crate::types::{QpAttr, QpCap, QpState, QpType};
 use crate::wqe::CQE_SIZE;
 
 /// Most work requests one queue holds.

@@ -14,7 +14,7 @@ use crate::counters;
 use crate::pkey;
 use crate::port;
 use crate::transport::{self, ip_addresses, Event};
-use crate::verbs::types::QpType;
+use crate::types::QpType;
 
 impl Engine {
     pub(super) fn handle_frame(&mut self, buf: FrameBuf) {

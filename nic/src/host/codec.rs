@@ -27,7 +27,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::fdpass::Received;
-use crate::verbs::VerbsError;
+use crate::error::VerbsError;
 
 pub mod fields;
 

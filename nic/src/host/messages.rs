@@ -33,7 +33,7 @@ use super::codec::{self, fields};
 use super::fdpass::{self, Limit};
 use super::wire_error::WireError;
 use crate::control::{ClientId, Request, Response};
-use crate::verbs::VerbsError;
+use crate::error::VerbsError;
 
 /// The version of this conversation; a NIC and a host library must agree on it.
 pub const PROTOCOL_VERSION: u32 = 8;

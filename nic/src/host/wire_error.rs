@@ -6,7 +6,7 @@ use std::io;
 
 use serde::{Deserialize, Serialize};
 
-use crate::verbs::VerbsError;
+use crate::error::VerbsError;
 
 /// Longest sentence an error carries across; longer ones are cut at a character boundary.
 const MAX_SENTENCE: usize = 4096;

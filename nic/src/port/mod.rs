@@ -23,8 +23,8 @@ use tracing::trace;
 
 use crate::buf::FrameBuf;
 use crate::control::{ClientId, Reply, Response};
+use crate::error::VerbsError;
 use crate::transport::Tx;
-use crate::verbs::VerbsError;
 use crate::waker::Interest;
 
 pub(crate) use neighbours::sender_of;

@@ -16,7 +16,7 @@ use tracing::{debug, info};
 
 use super::bridge::Bridge;
 use crate::control::{ClientId, Reply, Response};
-use crate::verbs::VerbsError;
+use crate::error::VerbsError;
 use crate::waker::Interest;
 
 /// Bytes each direction of a connection buffers in the port.

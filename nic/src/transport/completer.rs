@@ -14,7 +14,7 @@ use super::requester::retransmit_timeout;
 use super::{psn, rules, scatter, Ctx, ErrorCause, Event};
 use crate::counters;
 use crate::qp::Qp;
-use crate::verbs::types::{QpType, SendOp, Wc, WcStatus};
+use crate::types::{QpType, SendOp, Wc, WcStatus};
 
 /// Handles a response packet (ACK, READ response, atomic ACK) for an RC QP.
 pub fn on_response(

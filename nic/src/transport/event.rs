@@ -13,7 +13,7 @@ use roce_wire::aeth::{NakCode, Syndrome};
 use roce_wire::Kind;
 use tracing::{debug, info, trace, warn};
 
-use crate::verbs::types::{QpState, SendOp, WcStatus};
+use crate::types::{QpState, SendOp, WcStatus};
 use crate::wqe::WqeError;
 
 /// Why the requester sends again from an earlier PSN (go-back-N).

@@ -35,7 +35,7 @@ use crate::buf::BufPool;
 use crate::counters::{self, Counters};
 use crate::link::Link;
 use crate::qp::Qp;
-use crate::verbs::types::{AddressVector, QpState, QpType, Sge, Wc};
+use crate::types::{AddressVector, QpState, QpType, Sge, Wc};
 
 pub use event::{ErrorCause, Event, EventKind};
 

@@ -3,7 +3,7 @@
 //! send queue, the ring is the engine's: it copies posted requests in ([`RecvQueue::push`]) and
 //! gives a slot back to the host once the responder has taken its request.
 
-use crate::verbs::types::QpCap;
+use crate::types::QpCap;
 use crate::wqe::{RecvWqe, WqeError};
 
 /// A fetched receive request.
@@ -83,7 +83,7 @@ impl RecvQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verbs::types::{RecvWr, Sge};
+    use crate::types::{RecvWr, Sge};
     use crate::wqe::{encode_recv, recv_slot_size};
 
     fn slot(cap: &QpCap, wr_id: u64, sges: &[Sge]) -> Vec<u8> {

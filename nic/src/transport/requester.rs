@@ -13,7 +13,7 @@ use tracing::trace_span;
 use super::{gather, psn, rules, Ctx, Event};
 use crate::counters;
 use crate::qp::Qp;
-use crate::verbs::types::{QpState, QpType, SendFlags, SendOp, WcStatus};
+use crate::types::{QpState, QpType, SendFlags, SendOp, WcStatus};
 
 /// Packets that may be unacknowledged at once when nothing is lost; losses shrink the window
 /// (see [`super::window`]).

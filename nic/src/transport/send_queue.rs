@@ -8,7 +8,7 @@
 //! (the next request the requester transmits) and `fetched` (requests copied in).
 //! `head <= next <= fetched`.
 
-use crate::verbs::types::{QpCap, WcStatus};
+use crate::types::{QpCap, WcStatus};
 use crate::wqe::{SendWqe, WqeError};
 
 use super::psn;

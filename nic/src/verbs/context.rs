@@ -2,21 +2,21 @@
 //! PD alive), and dropping one destroys it in the NIC, as `ibv_destroy_*` would.
 
 use std::collections::HashMap;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use roce_hostmem::{Access, Region, VaBase};
 
-use super::types::{
-    AddressVector, Gid, PortAttr, QpAttr, QpCap, QpType, RecvWr, SendFlags, SendOp, SendWr, Sge, Wc,
-};
 use super::VerbsError;
 use crate::control::{ClientId, DeviceInfo, Request, Response, RingMap};
 use crate::counters::Snapshot;
 use crate::cq::{EventLine, Woken};
 use crate::ring::{Consumer, Producer, Ring};
+use crate::types::{
+    AddressVector, Gid, PortAttr, QpAttr, QpCap, QpType, RecvWr, SendFlags, SendOp, SendWr, Sge, Wc,
+};
 use crate::waker::Waker;
 use crate::wqe::{self, decode_cqe, CQE_SIZE};
 
@@ -492,6 +492,22 @@ impl CompletionQueue {
         }
     }
 
+    /// `ibv_req_notify_cq`: the next completion signals the CQ's event descriptor.
+    pub fn request_notify(&self) {
+        self.notify_flag(1);
+    }
+
+    /// The descriptor that becomes readable when a requested notification fires (a
+    /// completion channel watches it).
+    pub fn event_fd(&self) -> BorrowedFd<'_> {
+        self.inner.event.as_fd()
+    }
+
+    /// Consumes a fired notification without waiting; false if none had fired.
+    pub fn take_event(&self) -> bool {
+        self.inner.event.wait(Some(Duration::ZERO), None) == Woken::Signalled
+    }
+
     fn notify_flag(&self, value: u32) {
         let consumer = self
             .inner
@@ -581,6 +597,29 @@ impl QueuePair {
     /// the failing one are posted and the rest are not.
     pub fn post_send(&self, wrs: &[SendWr<'_>]) -> Result<(), VerbsError> {
         let ctx = &self.inner.pd.ctx;
+        let cap = self.inner.cap;
+        self.post_sends(wrs, |wr, out| {
+            gather_inline(&ctx.mrs(), wr.sg_list, cap.max_inline_data, out)
+        })
+    }
+
+    /// Like [`QueuePair::post_send`], for a caller that gathers the bytes of inline sends
+    /// itself: `gather` fills the buffer for each request with the INLINE flag. A C program's
+    /// inline data is read straight from its memory, registered or not, as libibverbs does.
+    pub fn post_send_gathered(
+        &self,
+        wrs: &[SendWr<'_>],
+        gather: impl FnMut(&SendWr<'_>, &mut Vec<u8>) -> Result<(), VerbsError>,
+    ) -> Result<(), VerbsError> {
+        self.post_sends(wrs, gather)
+    }
+
+    fn post_sends(
+        &self,
+        wrs: &[SendWr<'_>],
+        mut gather: impl FnMut(&SendWr<'_>, &mut Vec<u8>) -> Result<(), VerbsError>,
+    ) -> Result<(), VerbsError> {
+        let ctx = &self.inner.pd.ctx;
         ctx.check_alive()?;
         let cap = &self.inner.cap;
         let mut q = self.inner.sq.lock().unwrap_or_else(|e| e.into_inner());
@@ -620,10 +659,16 @@ impl QueuePair {
                 break;
             }
             let inline = if wr.flags.contains(SendFlags::INLINE) {
-                if let Err(e) =
-                    gather_inline(&ctx.mrs(), wr.sg_list, cap.max_inline_data, &mut q.inline)
-                {
+                if let Err(e) = gather(wr, &mut q.inline) {
                     result = Err(e);
+                    break;
+                }
+                if q.inline.len() > cap.max_inline_data as usize {
+                    result = Err(wqe::WqeError::InlineTooLong(
+                        q.inline.len() as u64,
+                        cap.max_inline_data,
+                    )
+                    .into());
                     break;
                 }
                 Some(q.inline.as_slice())

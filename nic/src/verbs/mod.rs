@@ -9,14 +9,13 @@
 
 mod cm;
 mod context;
-mod error;
 mod tcp;
-pub mod types;
 
+pub use crate::error::VerbsError;
 pub use cm::CmId;
 pub use context::{
     AddressHandle, Backend, CompletionQueue, Context, MemoryRegion, ProtectionDomain, QueuePair,
 };
-pub use error::VerbsError;
 pub use tcp::PortListener;
-pub use types::*;
+// The vocabulary lives below the engine (crate::types), which speaks it too; the API re-exports it.
+pub use crate::types::*;

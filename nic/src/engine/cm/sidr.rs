@@ -27,8 +27,8 @@ use super::{Conn, State, MAX_CM_RETRIES};
 use crate::cm::{CmEventKind, ConnParam, MAX_PRIVATE_DATA};
 use crate::control::{ClientId, Response};
 use crate::engine::Engine;
-use crate::verbs::types::{QpAttr, QpState, QpType};
-use crate::verbs::VerbsError;
+use crate::error::VerbsError;
+use crate::types::{QpAttr, QpState, QpType};
 
 /// Bytes of the user's private data a SIDR_REQ carries after the RDMA CM header.
 pub const SIDR_REQ_PRIVATE_DATA: usize = sidr_req::PRIVATE_DATA_LEN - cma::HEADER_LEN;
@@ -392,7 +392,7 @@ fn sidr_conn(
         peer_qpn: 0,
         peer_psn: 0,
         my_psn: 0,
-        path_mtu: crate::verbs::types::Mtu::M256,
+        path_mtu: crate::types::Mtu::M256,
         peer_resources: (0, 0),
         retry_count: 0,
         rnr_retry_count: 0,

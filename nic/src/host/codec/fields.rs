@@ -16,7 +16,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::{cannot_encode, invalid, pass, take_fd, take_region};
 use crate::cq::EventLine;
-use crate::verbs::VerbsError;
+use crate::error::VerbsError;
 
 /// Memory crosses as its descriptor, which the receiver maps after its own checks; one region
 /// named twice in a message (a QP's two rings) crosses and is mapped once.

@@ -23,7 +23,7 @@ use crate::host::messages::{self, greeting_version, FromNic, ToNic, Welcome, PRO
 use crate::host::wire_error::WireError;
 use crate::limits::Limits;
 use crate::ring::Geometry;
-use crate::verbs::types::{AddressVector, Gid, Mtu, QpAttr, QpCap, QpState, QpType};
+use crate::types::{AddressVector, Gid, Mtu, QpAttr, QpCap, QpState, QpType};
 
 // ---- allocation, measured per thread ---------------------------------------------------------
 

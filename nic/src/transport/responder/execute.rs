@@ -13,7 +13,7 @@ use crate::counters;
 use crate::qp::Qp;
 use crate::transport::event::Refusal;
 use crate::transport::{psn, rules, scatter, Ctx, Event};
-use crate::verbs::types::{wc_flags, QpType, Wc, WcOpcode, WcStatus};
+use crate::types::{wc_flags, QpType, Wc, WcOpcode, WcStatus};
 
 /// Executes an in-sequence request that passed the checks. Returns the PSNs it consumed.
 pub(super) fn execute(

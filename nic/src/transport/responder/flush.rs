@@ -4,7 +4,7 @@
 use super::execute::complete_recv;
 use crate::qp::Qp;
 use crate::transport::Ctx;
-use crate::verbs::types::{WcOpcode, WcStatus};
+use crate::types::{WcOpcode, WcStatus};
 
 /// Stops everything under way (the QP entered the error state): no more answers.
 pub fn stop(qp: &mut Qp) {

@@ -30,7 +30,7 @@ use tracing::trace_span;
 use super::{psn, Ctx, ErrorCause, Event};
 use crate::counters;
 use crate::qp::Qp;
-use crate::verbs::types::{QpState, QpType};
+use crate::types::{QpState, QpType};
 use crate::wqe::RecvWqe;
 use checks::Refuse;
 use replies::{reply_nak, send_nak};
@@ -132,7 +132,7 @@ pub struct RecvState {
 }
 
 impl RecvState {
-    pub fn new(epsn: u32, cap: &crate::verbs::types::QpCap) -> RecvState {
+    pub fn new(epsn: u32, cap: &crate::types::QpCap) -> RecvState {
         RecvState {
             epsn,
             recv: RecvWqe::with_capacity(cap),

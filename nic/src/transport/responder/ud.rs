@@ -7,7 +7,7 @@ use super::execute::{complete_recv, take_receive};
 use crate::counters;
 use crate::qp::Qp;
 use crate::transport::{scatter, Ctx, Event};
-use crate::verbs::types::{wc_flags, Wc, WcOpcode, WcStatus};
+use crate::types::{wc_flags, Wc, WcOpcode, WcStatus};
 
 /// A UD datagram: one packet, checked against the Q_Key, delivered whole with the 40-byte GRH
 /// area first, or dropped.

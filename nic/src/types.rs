@@ -1,7 +1,8 @@
-//! The values that cross the verbs API: work requests, completions, QP attributes. Names and
-//! numeric values follow libibverbs (`ibv_wr_opcode`, `ibv_wc_status`, `ibv_qp_state`, ...), so
-//! that users who know verbs recognise them and so that they cross process boundaries as the same
-//! integers.
+//! The values that cross the verbs API and every layer below it: work requests, completions,
+//! QP attributes. The engine and the transport speak them too, so they sit at the bottom of the
+//! crate and the API re-exports them. Names and numeric values follow libibverbs
+//! (`ibv_wr_opcode`, `ibv_wc_status`, `ibv_qp_state`, ...), so that users who know verbs
+//! recognise them and so that they cross process boundaries as the same integers.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};

@@ -1,4 +1,5 @@
-//! Errors of the verbs API: one sentence each, naming what was refused and why.
+//! Errors of the verbs API (and of the control requests the engine answers): one sentence each,
+//! naming what was refused and why.
 
 use roce_hostmem::{MrError, RegionError};
 

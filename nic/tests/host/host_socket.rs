@@ -2,15 +2,13 @@
 //! another process (here from the same one, so failures are easy to read; the cross-process
 //! tests live with the `roce` binary).
 
-mod common;
-
 use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{all_access, host_on, ip, pattern, Dir, Host};
+use crate::common::{all_access, host_on, ip, pattern, Dir, Host};
 use roce_hostmem::Region;
 use roce_nic::host::{Server, ServerError, SocketBackend};
 use roce_nic::link::mem;

@@ -2,7 +2,7 @@
 //! neighbour discovery instead of configured, and TCP connections between two NICs' IP stacks
 //! bridged to host streams.
 
-mod common;
+use crate::common;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, Ipv6Addr, Shutdown, SocketAddr};
@@ -10,7 +10,7 @@ use std::os::unix::net::UnixStream;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use roce_nic::link::mem;
 use roce_nic::verbs::*;
 use roce_nic::{Device, DeviceConfig};

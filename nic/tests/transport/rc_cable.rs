@@ -1,11 +1,9 @@
 //! The RC data path over a UDP cable on loopback instead of the in-process pair: the frames
 //! really leave the process as datagrams and come back.
 
-mod common;
-
 use std::net::UdpSocket;
 
-use common::*;
+use crate::common::*;
 use roce_nic::link::cable::{CableAddrs, CableLink};
 use roce_nic::verbs::*;
 

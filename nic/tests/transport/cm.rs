@@ -2,15 +2,13 @@
 //! the connected QPs, disconnect; and the hard cases — nobody listening, lost REQ, REP or RTU,
 //! a duplicate REQ, a peer that vanishes mid-handshake.
 
-mod common;
-
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use roce_nic::buf::{BufPool, FrameBuf};
 use roce_nic::cm::{CmEvent, CmEventKind, ConnParam};
 use roce_nic::link::{mem, Link};

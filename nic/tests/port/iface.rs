@@ -4,14 +4,12 @@
 //! for the namespace, CAP_NET_RAW for the raw socket); skipped with a loud line without it,
 //! never when ROCE_CI=1.
 
-mod common;
-
 use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use roce_nic::link::iface::{IfaceError, IfaceLink};
 use roce_nic::verbs::*;
 use roce_nic::{Device, DeviceConfig};

@@ -8,8 +8,6 @@
 //! process (the ignored test `nic_process`). Attacks from another user run as uid 65534 in a
 //! child when the tests run as root, and are skipped (loudly) otherwise.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
@@ -20,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{all_access, host_on, ip, pattern, Dir, Host};
+use crate::common::{all_access, host_on, ip, pattern, Dir, Host};
 use roce_hostmem::{Region, RegionError};
 use roce_nic::control::{Request, Response};
 use roce_nic::host::{Server, SocketBackend};
@@ -641,7 +639,7 @@ impl NicProcess {
         let mut cmd = Command::new(std::env::current_exe().unwrap());
         cmd.args([
             "--exact",
-            "nic_process",
+            "hostile_host::nic_process",
             "--ignored",
             "--nocapture",
             "--test-threads=1",
