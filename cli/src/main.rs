@@ -7,6 +7,7 @@ mod output;
 
 mod attach;
 mod bench;
+mod conform;
 mod decode;
 mod demo;
 mod device;
@@ -72,6 +73,9 @@ enum Command {
     /// Measure the emulated data path: goodput, message rate and latency.
     #[command(after_long_help = bench::EXAMPLES)]
     Bench(bench::Args),
+    /// Judge every queue-pair conversation of captures against the IBTA transport rules.
+    #[command(after_long_help = conform::EXAMPLES)]
+    Conform(conform::Args),
     /// Decode the RoCEv2 packets in pcap/pcapng captures, checking every ICRC.
     #[command(after_long_help = DECODE_EXAMPLES)]
     Decode(decode::Args),
@@ -138,6 +142,7 @@ fn main() -> ExitCode {
     }
     let result = match cli.command {
         Command::Bench(args) => bench::run(args),
+        Command::Conform(args) => conform::run(args),
         Command::Decode(args) => decode::run(args),
         Command::Demo(args) => demo::run(args),
         Command::DemoTarget(args) => demo::run_target(args),

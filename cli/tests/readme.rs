@@ -407,6 +407,14 @@ fn every_readme_block_runs_as_shown() {
     let lines: Vec<String> = verbose.text.lines().map(str::to_owned).collect();
     shows(&lines, &out, false, "roce decode -v");
 
+    // Check conformance: the lines shown are the recording's verdict.
+    let block = readme.next("cargo run --release --bin roce -- conform captures/all-verbs.pcap");
+    let (status, out, err) = roce_run(&roce_args(&block.text, &names));
+    assert!(status.success(), "{err}");
+    let shown = readme.next("conversation 1: RC");
+    let lines: Vec<String> = shown.text.lines().map(str::to_owned).collect();
+    shows(&lines, &out, false, "roce conform");
+
     // Two NICs and two terminals, as the README starts them, on free ports.
     let block = readme.next("roce nic --name nic0");
     let (p1, p2) = (free_udp_port(), free_udp_port());

@@ -16,6 +16,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod conform;
 pub mod error;
 mod memory;
 pub mod oob;

@@ -349,6 +349,31 @@ fn decode_strict(capture: &Path, failures: &mut Vec<String>) {
     }
 }
 
+/// `roce conform` on a recording made under faults: both ends, rxe and our NIC, follow the
+/// transport's rules through loss (and, the order rules aside, reordering: docs/conform.md).
+fn conform(capture: &Path, reordering: bool, failures: &mut Vec<String>) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_roce"));
+    command.arg("conform");
+    if reordering {
+        command.arg("--reordering");
+    }
+    let out = command.arg(capture).output().expect("running roce conform");
+    if !out.status.success() {
+        let report = String::from_utf8_lossy(&out.stdout);
+        let violations: Vec<&str> = report
+            .lines()
+            .filter(|l| !l.starts_with("conversation") && !l.starts_with(' '))
+            .take(20)
+            .collect();
+        failures.push(format!(
+            "roce conform {}: {}{}",
+            capture.display(),
+            String::from_utf8_lossy(&out.stderr).trim(),
+            violations.join("\n")
+        ));
+    }
+}
+
 /// Both sides of each scenario: our exit status and `verified:` line, the guest tool's exit
 /// status and success output. Returns the table of results.
 fn check_scenarios(
@@ -445,6 +470,9 @@ fn check_wire(
     let mut all = wire::Wire::default();
     for capture in captures {
         decode_strict(capture, failures);
+        if let Some(faults) = group.faults {
+            conform(capture, faults.contains("reorder"), failures);
+        }
         let wire = wire::inspect(capture, NIC_MAC, GUEST_MAC);
         if !wire.bad.is_empty() {
             failures.push(format!(

@@ -1,8 +1,10 @@
 //! The ladder (sequence) diagram: the two NICs as vertical lines, each frame an arrow from the
 //! sender to the receiver, top to bottom in the order they crossed, coloured by opcode, labelled
-//! with opcode and PSN; hovering over one shows its fields. A lost frame stops half way.
+//! with opcode and PSN; hovering over one shows its fields and `roce conform`'s verdict on it
+//! (a frame that breaks a transport rule is outlined). A lost frame stops half way.
 
 use maud::{html, Markup};
+use roce_tools::conform::{Checker, Options, Report, Violation};
 use roce_wire::aeth::Syndrome;
 use roce_wire::describe::Description;
 use roce_wire::{Frame, Kind};
@@ -58,8 +60,29 @@ fn label(frame: &Seen) -> String {
     text
 }
 
-/// What hovering over a frame shows: its summary, then every field with its value.
-fn hover(frame: &Seen) -> String {
+/// `roce conform`'s report on the frames, as a capture of the wire taken at the sender.
+fn judge(frames: &[Seen]) -> Report {
+    let mut checker = Checker::new(Options::default());
+    for frame in frames {
+        if let Some(parsed) = frame.bytes.as_deref().and_then(|b| Frame::parse(b).ok()) {
+            checker.packet(u64::from(frame.number), frame.at, &parsed);
+        }
+    }
+    checker.finish()
+}
+
+/// The verdict on one frame: the rules it takes part in breaking.
+fn verdict<'a>(report: &'a Report, frame: &Seen) -> Vec<&'a Violation> {
+    report
+        .violations
+        .iter()
+        .filter(|v| v.frames.contains(&u64::from(frame.number)))
+        .collect()
+}
+
+/// What hovering over a frame shows: its summary, `roce conform`'s verdict, then every field
+/// with its value.
+fn hover(frame: &Seen, broken: &[&Violation]) -> String {
     let mut text = format!(
         "frame {}: {} NIC → {} NIC, {} bytes{}",
         frame.number,
@@ -78,6 +101,18 @@ fn hover(frame: &Seen) -> String {
     if let Ok(parsed) = Frame::parse(bytes) {
         let description = Description::new(&parsed);
         text.push_str(&format!("\n{}", description.summary()));
+        if broken.is_empty() {
+            text.push_str("\nroce conform: follows the transport rules");
+        }
+        for v in broken {
+            text.push_str(&format!(
+                "\nroce conform: breaks {} ({}): expected {}; found {}",
+                v.rule,
+                v.rule.citation(),
+                v.expected,
+                v.found
+            ));
+        }
         for field in description.fields() {
             text.push_str(&format!("\n{} {}: {field}", field.layer, field.name()));
         }
@@ -91,6 +126,7 @@ pub fn render(frames: &[Seen], total: u32) -> Markup {
     let height = TOP + ROW * drawn.len() as u32 + 60;
     let start = drawn.first().map(|f| f.at).unwrap_or_default();
     let middle = (LEFT + RIGHT) / 2;
+    let report = judge(frames);
     html! {
         svg #ladder xmlns="http://www.w3.org/2000/svg" width=(WIDTH) height=(height)
             viewBox=(format!("0 0 {WIDTH} {height}")) role="img"
@@ -108,11 +144,13 @@ pub fn render(frames: &[Seen], total: u32) -> Markup {
                 @let y2 = if frame.dropped { y + SLANT / 2 } else { y + SLANT };
                 @let psn = frame.brief.map(|b| b.psn.to_string()).unwrap_or_default();
                 @let opcode = frame.brief.map(|b| b.opcode.to_string()).unwrap_or_default();
-                @let class = format!("packet {}{}", class(frame.brief.as_ref()), if frame.dropped { " lost" } else { "" });
+                @let broken = verdict(&report, frame);
+                @let class = format!("packet {}{}{}", class(frame.brief.as_ref()), if frame.dropped { " lost" } else { "" }, if broken.is_empty() { "" } else { " violation" });
+                @let conform = if frame.brief.is_none() { "-".to_owned() } else if broken.is_empty() { "ok".to_owned() } else { broken.iter().map(|v| v.rule.id()).collect::<Vec<_>>().join(",") };
                 g class=(class) id=(format!("packet-{}", frame.number))
                     data-opcode=(opcode) data-psn=(psn) data-from=(frame.from.word())
-                    data-lost=(frame.dropped) {
-                    title { (hover(frame)) }
+                    data-lost=(frame.dropped) data-conform=(conform) {
+                    title { (hover(frame, &broken)) }
                     text.time x="8" y=(y + 4) {
                         (format!("+{} µs", frame.at.saturating_sub(start).as_micros()))
                     }
@@ -152,9 +190,16 @@ mod tests {
         wire.carry(Side::Initiator, &roce_frame(Kind::ReadRequest, 7, &[]));
         let svg = render(&wire.frames(), 3).into_string();
         assert_eq!(svg.matches("<g class=\"packet").count(), 3);
-        assert!(svg.contains(r#"<g class="packet op-write" id="packet-1" data-opcode="RC RDMA_WRITE_FIRST" data-psn="5" data-from="initiator" data-lost="false">"#), "{svg}");
-        assert!(svg.contains(r#"class="packet op-write lost" id="packet-2""#));
-        assert!(svg.contains(r#"class="packet op-read" id="packet-3""#));
+        assert!(svg.contains(r#"<g class="packet op-write" id="packet-1" data-opcode="RC RDMA_WRITE_FIRST" data-psn="5" data-from="initiator" data-lost="false" data-conform="ok">"#), "{svg}");
+        // A READ while the WRITE is under way: `roce conform`'s verdict marks both frames.
+        assert!(svg.contains(r#"class="packet op-write lost violation" id="packet-2""#));
+        assert!(svg.contains(r#"class="packet op-read violation" id="packet-3""#));
+        assert!(svg.contains(r#"data-conform="opcode-sequence""#));
+        assert!(
+            svg.contains("roce conform: breaks opcode-sequence"),
+            "{svg}"
+        );
+        assert!(svg.contains("roce conform: follows the transport rules"));
         assert!(svg.contains("RDMA_WRITE_FIRST  PSN 5  256 B"));
         assert!(svg.contains("BTH PSN: 5"), "hover shows the fields");
         assert!(svg.contains("(LOST on the wire)"));

@@ -39,6 +39,7 @@ svg text { font-family: ui-monospace, monospace; font-size: 12px; fill: #1d1d1f;
 .packet:hover .arrow { stroke-width: 5; }
 .packet:hover .label { font-weight: bold; }
 .packet.lost .arrow { stroke-dasharray: 6 4; }
+.packet.violation .label { fill: #cf222e; font-weight: bold; text-decoration: underline wavy; }
 .cross { fill: #9a6700; font-size: 20px; font-weight: bold; }
 .op-write .arrow, .op-write .head, .frame-tick.op-write { stroke: #1f6feb; fill: #1f6feb; }
 .op-read .arrow, .op-read .head, .frame-tick.op-read { stroke: #1a7f37; fill: #1a7f37; }

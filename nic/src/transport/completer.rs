@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use super::event::{Answer, GoBackReason, Timeout};
 use super::requester::retransmit_timeout;
-use super::{psn, scatter, Ctx, ErrorCause, Event};
+use super::{psn, rules, scatter, Ctx, ErrorCause, Event};
 use crate::counters;
 use crate::qp::Qp;
 use crate::types::{QpType, SendOp, Wc, WcStatus};
@@ -38,10 +38,7 @@ pub fn on_response(
     let syndrome = ext.aeth.map(|a| a.syndrome);
     // What this answer shows the responder has received: every PSN before the one a NAK names,
     // up to and including the one an ACK or a response names.
-    let received_before = match syndrome {
-        Some(Syndrome::Nak(_)) | Some(Syndrome::RnrNak { .. }) => p,
-        _ => psn::add(p, 1),
-    };
+    let received_before = rules::received_before(syndrome, p);
     peer_progress(qp, received_before, ctx.now);
     match (kind, syndrome) {
         (Kind::Acknowledge, Some(Syndrome::Ack { .. })) => {
@@ -230,17 +227,11 @@ fn on_read_response(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, kind: Kind, payload:
         }
         return;
     }
-    let mtu = u64::from(qp.attrs.path_mtu.bytes());
-    let offset = u64::from(head.responses) * mtu;
-    let remaining = head.wqe.length - offset;
+    let mtu = qp.attrs.path_mtu.bytes();
+    let offset = u64::from(head.responses) * u64::from(mtu);
     let last = head.responses + 1 == head.npkts;
-    let kind_ok = match (head.responses == 0, last) {
-        (true, true) => kind == Kind::ReadResponseOnly,
-        (true, false) => kind == Kind::ReadResponseFirst,
-        (false, true) => kind == Kind::ReadResponseLast,
-        (false, false) => kind == Kind::ReadResponseMiddle,
-    };
-    let len_ok = payload.len() as u64 == remaining.min(mtu);
+    let kind_ok = kind == rules::read_response_kind(head.responses, head.npkts);
+    let len_ok = payload.len() as u64 == rules::packet_len(head.wqe.length, head.responses, mtu);
     if !kind_ok || !len_ok {
         ctx.event(Event::BadResponse {
             kind,

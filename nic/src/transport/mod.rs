@@ -19,6 +19,7 @@ pub mod psn;
 pub mod recv_queue;
 pub mod requester;
 pub mod responder;
+pub mod rules;
 pub mod send_queue;
 pub mod window;
 

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use roce_wire::{atomic_eth, bth, deth, ieth, immdt, reth, Extensions, Kind, Opcode, Transport};
 use tracing::trace_span;
 
-use super::{gather, psn, Ctx, Event};
+use super::{gather, psn, rules, Ctx, Event};
 use crate::counters;
 use crate::qp::Qp;
 use crate::types::{QpState, QpType, SendFlags, SendOp, WcStatus};
@@ -125,7 +125,7 @@ pub fn run(qp: &mut Qp, ctx: &mut Ctx<'_>, budget: usize) -> usize {
             let mtu = qp.attrs.path_mtu.bytes();
             let npkts = match op {
                 _ if op.is_atomic() => 1,
-                _ => entry.wqe.length.div_ceil(u64::from(mtu)).max(1) as u32,
+                _ => rules::packets(entry.wqe.length, mtu),
             };
             let first_psn = qp.send.psn;
             let e = qp.sq.entry_mut(index);
@@ -167,8 +167,8 @@ pub fn run(qp: &mut Qp, ctx: &mut Ctx<'_>, budget: usize) -> usize {
 
 /// The opcode of packet `n` of `npkts` of a request.
 fn opcode(qp_type: QpType, op: &SendOp, n: u32, npkts: u32) -> Opcode {
-    let first = n == 0;
-    let last = n + 1 >= npkts;
+    let position = rules::position(n, npkts);
+    let (first, last) = (position.is_start(), position.is_end());
     let only = first && last;
     use Kind::*;
     let kind = match *op {

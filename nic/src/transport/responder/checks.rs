@@ -8,6 +8,7 @@ use roce_wire::{bth, Extensions, Kind};
 use super::{InMessage, MAX_DMA_LEN};
 use crate::qp::Qp;
 use crate::transport::event::Refusal;
+use crate::transport::rules::{self, Underway};
 use crate::transport::{Ctx, Event};
 
 /// How a request is refused.
@@ -45,27 +46,20 @@ pub(super) fn check(
     let opcode = bth.opcode;
     let kind = opcode.kind();
     let position = opcode.position();
-    let in_send = qp.recv.in_message == Some(InMessage::Send);
-    let in_write = matches!(qp.recv.in_message, Some(InMessage::Write { .. }));
-    let sequence_ok = match (in_send, in_write) {
-        (true, _) => kind.is_send() && !position.is_start(),
-        (_, true) => kind.is_write() && !position.is_start(),
-        _ => position.is_start(),
+    let underway = match qp.recv.in_message {
+        Some(InMessage::Send) => Underway::Send,
+        Some(InMessage::Write { .. }) => Underway::Write,
+        None => Underway::Nothing,
     };
-    if !sequence_ok {
+    if !rules::sequence_ok(underway, kind, position) {
         return Err(nak(
             ctx,
             NakCode::INVALID_REQUEST,
             Refusal::OpcodeOutOfSequence,
         ));
     }
-    let mtu = qp.attrs.path_mtu.bytes() as usize;
-    let full = matches!(
-        position,
-        roce_wire::Position::First | roce_wire::Position::Middle
-    );
-    if (full && payload.len() != mtu) || payload.len() > mtu {
-        let len = payload.len();
+    if !rules::payload_fits(position, payload.len(), qp.attrs.path_mtu.bytes()) {
+        let (len, mtu) = (payload.len(), qp.attrs.path_mtu.bytes() as usize);
         return Err(nak(
             ctx,
             NakCode::INVALID_REQUEST,

@@ -12,7 +12,7 @@ use super::{InMessage, ReadReply, Reply, Resource};
 use crate::counters;
 use crate::qp::Qp;
 use crate::transport::event::Refusal;
-use crate::transport::{psn, scatter, Ctx, Event};
+use crate::transport::{psn, rules, scatter, Ctx, Event};
 use crate::types::{wc_flags, QpType, Wc, WcOpcode, WcStatus};
 
 /// Executes an in-sequence request that passed the checks. Returns the PSNs it consumed.
@@ -165,7 +165,7 @@ fn receive_write(
         ));
     };
     let end = offset + payload.len() as u64;
-    if end > len || (position.is_end() && end != len) {
+    if !rules::write_fits(offset, payload.len() as u64, len, position.is_end()) {
         let why = Refusal::WriteLength { len, end };
         return Err(nak(ctx, NakCode::INVALID_REQUEST, why));
     }
@@ -230,8 +230,7 @@ fn receive_read(
     {
         return Err(access_refusal(ctx, e));
     }
-    let mtu = u64::from(qp.attrs.path_mtu.bytes());
-    let npkts = len.div_ceil(mtu).max(1) as u32;
+    let npkts = rules::packets(len, qp.attrs.path_mtu.bytes());
     ctx.event(Event::RkeyChecked {
         write: false,
         rkey: reth.r_key,

@@ -33,10 +33,9 @@ use crate::qp::Qp;
 use crate::types::{QpState, QpType};
 use crate::wqe::RecvWqe;
 use checks::Refuse;
-use replies::{send_ack, send_nak};
+use replies::{reply_nak, send_nak};
 
-/// The longest DMA length a RETH may carry (IBTA C9-94).
-pub const MAX_DMA_LEN: u32 = 1 << 31;
+pub use crate::transport::rules::MAX_DMA_LEN;
 
 /// READ response packets sent per reply before the engine turns to other work.
 pub const REPLY_BURST: usize = 32;
@@ -76,7 +75,16 @@ enum Resource {
 #[derive(Debug, Clone, Copy)]
 enum Reply {
     Read(ReadReply),
-    Atomic { psn: u32, original: u64 },
+    Atomic {
+        psn: u32,
+        original: u64,
+    },
+    /// A sequence or RNR NAK: ahead of the READ responses before it, it would tell the
+    /// requester they were lost (found by `roce conform`).
+    Nak {
+        psn: u32,
+        syndrome: Syndrome,
+    },
 }
 
 impl Reply {
@@ -84,7 +92,7 @@ impl Reply {
     fn psn(&self) -> u32 {
         match *self {
             Reply::Read(r) => r.first_psn,
-            Reply::Atomic { psn, .. } => psn,
+            Reply::Atomic { psn, .. } | Reply::Nak { psn, .. } => psn,
         }
     }
 }
@@ -179,7 +187,8 @@ pub fn on_request(qp: &mut Qp, ctx: &mut Ctx<'_>, frame: &Frame<'_>) {
                 qp.recv.nak_sent = true;
                 let epsn = qp.recv.epsn;
                 ctx.event(Event::SequenceNak { expected: epsn });
-                send_nak(qp, ctx, epsn, NakCode::PSN_SEQUENCE_ERROR);
+                counters::bump(&ctx.counters.naks_sent_psn_sequence);
+                reply_nak(qp, ctx, epsn, Syndrome::Nak(NakCode::PSN_SEQUENCE_ERROR));
             }
             return;
         }
@@ -255,7 +264,7 @@ fn refuse(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, refusal: Refuse) {
                 qpn: qp.qpn,
                 psn: p,
             });
-            send_ack(qp, ctx, p, Syndrome::RnrNak { timer });
+            reply_nak(qp, ctx, p, Syndrome::RnrNak { timer });
         }
         (_, _) => {
             // UC: no answers; the message is lost.

@@ -8,7 +8,7 @@ use roce_wire::{atomic_ack_eth, bth, Extensions, Kind, Opcode, Transport};
 use super::Reply;
 use crate::counters;
 use crate::qp::Qp;
-use crate::transport::{psn, Ctx, ErrorCause, Event};
+use crate::transport::{psn, rules, Ctx, ErrorCause, Event};
 
 /// Sends the ACK owed for the packets of the last batch, if any. Answers go out in PSN order:
 /// an ACK for a PSN after a READ whose responses are still queued would tell the requester
@@ -43,6 +43,15 @@ pub(super) fn send_ack(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, syndrome: Syndrom
         counters::bump(&ctx.counters.acks_sent);
     }
     ctx.event(Event::AckSent { psn: p, syndrome });
+}
+
+/// Sends a sequence or RNR NAK: at once, or behind the READ responses still to send.
+pub(super) fn reply_nak(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, syndrome: Syndrome) {
+    if qp.recv.replies.is_empty() {
+        send_ack(qp, ctx, p, syndrome);
+    } else {
+        qp.recv.replies.push_back(Reply::Nak { psn: p, syndrome });
+    }
 }
 
 /// Answers an atomic: at once, or behind the READ responses still to send.
@@ -100,7 +109,8 @@ pub(super) fn answer_bth(qp: &Qp, opcode: Opcode, psn: u32) -> bth::Repr {
     bth
 }
 
-/// Sends up to `budget` READ response packets (and the atomic ACKs queued behind them).
+/// Sends up to `budget` READ response packets (and the atomic ACKs and NAKs queued behind
+/// them).
 /// Returns how many were sent.
 pub fn send_replies(qp: &mut Qp, ctx: &mut Ctx<'_>, budget: usize) -> usize {
     let mtu = u64::from(qp.attrs.path_mtu.bytes());
@@ -123,20 +133,22 @@ pub fn send_replies(qp: &mut Qp, ctx: &mut Ctx<'_>, budget: usize) -> usize {
                 flush_ack(qp, ctx);
                 continue;
             }
+            Some(Reply::Nak { psn, syndrome }) => {
+                qp.recv.replies.pop_front();
+                send_ack(qp, ctx, psn, syndrome);
+                sent += 1;
+                flush_ack(qp, ctx);
+                continue;
+            }
             Some(Reply::Read(reply)) => reply,
         };
         let Some(path) = qp.path else { break };
         let index = (reply.offset / mtu) as u32;
         let p = psn::add(reply.first_psn, index);
         let n = (reply.len - reply.offset).min(mtu);
-        let first = reply.offset == 0;
-        let last = reply.offset + n >= reply.len;
-        let kind = match (first, last) {
-            (true, true) => Kind::ReadResponseOnly,
-            (true, false) => Kind::ReadResponseFirst,
-            (false, true) => Kind::ReadResponseLast,
-            (false, false) => Kind::ReadResponseMiddle,
-        };
+        let npkts = rules::packets(reply.len, qp.attrs.path_mtu.bytes());
+        let kind = rules::read_response_kind(index, npkts);
+        let last = index + 1 >= npkts;
         let Some(opcode) = Opcode::new(Transport::Rc, kind) else {
             break;
         };

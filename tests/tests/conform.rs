@@ -1,0 +1,368 @@
+//! `roce conform` (`roce_tools::conform`) on real and built conversations:
+//!
+//! - every capture the project holds of real traffic (Soft-RoCE's, the RDMA CM's, our NIC's
+//!   own recording of every verb, and the third-party captures beside the workspace) follows the
+//!   rules; the opcode galleries, whose packets are unrelated samples, break only the payload
+//!   rules, as they must;
+//! - for each rule a conversation built by scapy (`tests/scapy_conform.py`) that breaks exactly
+//!   that rule is caught, with the right frames, and one that bends it legally is not;
+//! - our NIC's own captures under loss and reordering (the fault injector, as `roce nic
+//!   --faults`) are judged conformant from both ends.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use roce_nic::link::faults::Faulty;
+use roce_nic::link::mem;
+use roce_nic::link::pcap::{PcapSink, PcapTee};
+use roce_nic::testbed::*;
+use roce_nic::verbs::*;
+use roce_tests::{captures_dir, captures_under, shared_captures_dir, skip, workspace};
+use roce_tools::conform::{self, Options, Report, Rule};
+use roce_wire::capture;
+use serde_json::Value;
+
+fn judge(path: &Path) -> Report {
+    judge_with(path, Options::default())
+}
+
+fn judge_with(path: &Path, options: Options) -> Report {
+    let reader = capture::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    conform::check_with(reader, options).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn violations(report: &Report) -> Vec<(Rule, Vec<u64>)> {
+    report
+        .violations
+        .iter()
+        .map(|v| (v.rule, v.frames.clone()))
+        .collect()
+}
+
+/// The captures of unrelated sample packets, one per opcode, made for the decoder: their
+/// FIRST and MIDDLE packets carry a few bytes, not a path MTU, and their WRITEs no matching
+/// DMA length.
+fn is_gallery(name: &str) -> bool {
+    name.starts_with("every-opcode")
+        || name.starts_with("linux-cooked")
+        || name == "two-interfaces.pcapng"
+}
+
+#[test]
+fn every_capture_of_real_traffic_follows_the_rules() {
+    let files = captures_under(&captures_dir());
+    assert!(files.len() >= 25, "{files:?}");
+    let mut judged = 0;
+    for path in &files {
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        let report = judge(path);
+        assert_eq!((report.malformed, report.bad_icrc), (0, 0), "{name}");
+        if is_gallery(&name) {
+            let rules: BTreeSet<Rule> = report.violations.iter().map(|v| v.rule).collect();
+            assert!(
+                !rules.is_empty() && rules.is_subset(&[Rule::PathMtu, Rule::WriteLength].into()),
+                "{name}: {rules:?}"
+            );
+            continue;
+        }
+        assert!(
+            report.violations.is_empty(),
+            "{name}: {:#?}",
+            report.violations
+        );
+        assert!(!report.conversations.is_empty(), "{name}");
+        judged += 1;
+    }
+    assert!(judged >= 20);
+}
+
+#[test]
+fn the_all_verbs_recording_is_told_conversation_by_conversation() {
+    let report = judge(&captures_dir().join("all-verbs.pcap"));
+    let kinds: Vec<&str> = report.conversations.iter().map(|c| c.transport).collect();
+    // The RC QP that a remote access error ended, the new RC QP under the same number (its
+    // SEND with Invalidate refused), then UC and UD.
+    assert_eq!(kinds, ["RC", "RC", "UC", "UD"]);
+    let first = &report.conversations[0].directions[0];
+    assert_eq!(
+        (
+            first.rnr_naks,
+            first.rnr_waits,
+            first.naks_remote_access,
+            first.retransmitted
+        ),
+        (1, 1, 1, 1)
+    );
+    assert_eq!((first.read_responses, first.atomic_acks), (5, 2));
+    assert_eq!(report.conversations[0].path_mtu, Some(256));
+    assert_eq!(
+        report.conversations[1].directions[0].naks_invalid_request,
+        1
+    );
+    assert!(report.missing.is_empty());
+}
+
+#[test]
+fn connections_the_cm_made_are_paired_by_its_messages() {
+    let report = judge(&captures_dir().join("softroce/two-guests/rdma_cm.pcap"));
+    let by_cm: Vec<_> = report.conversations.iter().filter(|c| c.via_cm).collect();
+    assert_eq!(by_cm.len(), 3, "{:#?}", report.conversations);
+    for c in by_cm {
+        assert_eq!(
+            (c.transport, c.path_mtu, c.mtu_source),
+            ("RC", Some(1024), Some("CM"))
+        );
+        assert!(c.ends.iter().all(|e| e.qpn.is_some()));
+    }
+    assert!(report.violations.is_empty() && report.missing.is_empty());
+}
+
+#[test]
+fn real_third_party_captures_follow_the_rules() {
+    let files = captures_under(&shared_captures_dir());
+    if files.is_empty() {
+        skip("no captures in ../shared/captures; the third-party conformance check did not run");
+        return;
+    }
+    for path in &files {
+        let report = judge(path);
+        assert!(
+            report.violations.is_empty(),
+            "{}: {:#?}",
+            path.display(),
+            report.violations
+        );
+    }
+}
+
+/// Debian's interpreter, which has `python3-scapy`.
+const PYTHON: &str = "/usr/bin/python3";
+
+#[test]
+fn each_rule_broken_by_a_scapy_capture_is_caught_and_a_legal_bend_is_not() {
+    if !Command::new(PYTHON)
+        .args(["-c", "import scapy.contrib.roce"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        skip("python3-scapy is not installed; the conformance cases were not built");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let script = workspace().join("tests/scapy_conform.py");
+    let output = Command::new(PYTHON)
+        .arg(&script)
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let cases: Vec<Value> =
+        serde_json::from_slice(&std::fs::read(dir.path().join("cases.json")).unwrap()).unwrap();
+    let mut broken = BTreeSet::new();
+    let mut bends = 0;
+    for case in &cases {
+        let file = case["file"].as_str().unwrap();
+        let report = judge(&dir.path().join(file));
+        assert_eq!((report.malformed, report.bad_icrc), (0, 0), "{file}");
+        match case["rule"].as_str() {
+            Some(id) => {
+                let rule = Rule::from_id(id).unwrap_or_else(|| panic!("{file}: rule {id}"));
+                let frames: Vec<u64> = case["frames"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|f| f.as_u64().unwrap())
+                    .collect();
+                assert_eq!(violations(&report), [(rule, frames)], "{file}");
+                broken.insert(rule);
+            }
+            None => {
+                assert_eq!(violations(&report), [], "{file}");
+                bends += 1;
+            }
+        }
+        let counts = |n: usize| report.conversations[n].directions[0];
+        match file {
+            // A loss and a late packet are told apart from protocol errors.
+            "opcode-sequence-bend.pcap" => assert_eq!(counts(0).missing, 1),
+            "reordered-bend.pcap" => assert_eq!((counts(0).missing, counts(0).reordered), (0, 1)),
+            "starting-psn-missing-bend.pcap" => {
+                assert_eq!(report.missing.len(), 1);
+                assert_eq!(
+                    (report.missing[0].from_psn, report.missing[0].count),
+                    (0x500, 2)
+                );
+            }
+            "timeout-resend-bend.pcap" => assert_eq!(counts(0).retransmitted, 1),
+            "rnr-wait-bend.pcap" => assert_eq!((counts(0).rnr_naks, counts(0).rnr_waits), (1, 1)),
+            _ => {}
+        }
+    }
+    let every: BTreeSet<Rule> = Rule::ALL.into_iter().collect();
+    assert_eq!(broken, every, "a breaking case for every rule");
+    assert!(bends >= Rule::ALL.len());
+}
+
+/// Runs a mixed workload (multi-packet WRITEs, READs and SENDs, atomics) between two NICs with
+/// faults on A's link, recording each NIC's side as `roce nic --faults --pcap` does (the tee
+/// outside the faults); returns both captures' reports and A's counters.
+fn faulty_run(
+    faults: &str,
+    rounds: u64,
+    options: [Options; 2],
+) -> (Report, Report, roce_nic::counters::Snapshot) {
+    let dir = tempfile::tempdir().unwrap();
+    let (pa, pb) = (dir.path().join("a.pcap"), dir.path().join("b.pcap"));
+    let (sink_a, sink_b) = (
+        PcapSink::create(&pa).unwrap(),
+        PcapSink::create(&pb).unwrap(),
+    );
+    let (la, lb) = mem::pair();
+    let p = pair_over(
+        PcapTee::new(
+            Faulty::new(la, faults.parse().unwrap()),
+            sink_a.clone(),
+            true,
+        ),
+        PcapTee::new(lb, sink_b.clone(), true),
+        QpType::Rc,
+        Mtu::M1024,
+        1 << 16,
+        // Retries for ever (rxe's reading of retry_cnt 7): a run of unlucky losses must not
+        // end the QP, what is judged is how it recovers.
+        |config| config.rxe_compat = true,
+        |attr| {
+            if attr.timeout.is_some() {
+                attr.timeout = Some(12);
+                attr.retry_cnt = Some(7);
+            }
+        },
+    )
+    .unwrap();
+    let (a, b) = (&p.a, &p.b);
+    let (rkey, va) = (b.mr.rkey, b.mr.va);
+    a.write(0, &pattern(8192, 3));
+    b.write(0, &pattern(8192, 4));
+    let ops = [
+        (
+            SendOp::RdmaWrite {
+                remote_addr: va + 16384,
+                rkey,
+            },
+            3000,
+        ),
+        (
+            SendOp::RdmaRead {
+                remote_addr: va,
+                rkey,
+            },
+            5000,
+        ),
+        (SendOp::Send, 2500),
+        (
+            SendOp::AtomicFetchAndAdd {
+                remote_addr: va + 32768,
+                rkey,
+                add: 1,
+            },
+            8,
+        ),
+    ];
+    for round in 0..rounds {
+        for (i, (op, len)) in ops.iter().enumerate() {
+            if matches!(op, SendOp::Send) {
+                b.qp.post_recv(&[RecvWr {
+                    wr_id: round,
+                    sg_list: &[b.mr.sge(40000, 4096)],
+                }])
+                .unwrap();
+            }
+            let local = if op.is_atomic() { 12000 } else { 0 };
+            a.qp.post_send(&[SendWr {
+                wr_id: round * 4 + i as u64,
+                op: *op,
+                sg_list: &[a.mr.sge(local, *len)],
+                flags: SendFlags::SIGNALED,
+                ud: None,
+            }])
+            .unwrap();
+        }
+        for _ in 0..ops.len() {
+            let wc = a
+                .next_completion(Duration::from_secs(30))
+                .expect("a completion");
+            assert!(wc.is_success(), "{wc:?}");
+        }
+        while b.next_completion(Duration::ZERO).is_some() {}
+    }
+    let counters = p.dev_a.counters();
+    drop(p);
+    sink_a.flush().unwrap();
+    sink_b.flush().unwrap();
+    (
+        judge_with(&pa, options[0]),
+        judge_with(&pb, options[1]),
+        counters,
+    )
+}
+
+/// Both captures follow every rule; each holds one RC conversation of 600 messages.
+fn assert_conformant(a: &Report, b: &Report) {
+    for (side, report) in [("A", a), ("B", b)] {
+        assert!(
+            report.violations.is_empty(),
+            "{side}: {:#?}",
+            report.violations
+        );
+        assert_eq!(report.conversations.len(), 1, "{side}");
+        let c = &report.conversations[0];
+        assert_eq!((c.transport, c.path_mtu), ("RC", Some(1024)), "{side}");
+        assert_eq!(c.directions[0].messages, 600, "{side}");
+    }
+}
+
+/// Loss alone: both captures follow every rule but the three on the order of the two
+/// directions (resend causes, go-backs, ACK coverage), which are not judged here: B's capture
+/// records answers that A's faults drop afterwards (an answer captured is not an answer
+/// received), and A's, since the loss window's arrival, shows go-backs racing implied NAKs that
+/// the observer does not yet tell apart (see docs/conform.md). The scapy cases judge those three.
+#[test]
+fn our_nic_under_loss_follows_the_rules() {
+    let (a, b, counters) = faulty_run("drop=0.03,seed=7", 150, [Options { reordering: true }; 2]);
+    assert!(
+        counters.retransmitted_packets > 0,
+        "the faults happened: {counters:?}"
+    );
+    assert_conformant(&a, &b);
+    // B, behind the losses, saw gaps that A's go-backs filled.
+    let seen = b.conversations[0].directions[0];
+    assert!(seen.retransmitted > 0 && seen.missing == 0, "{seen:?}");
+}
+
+/// With reordering (told to the checker, as `roce conform --reordering`) the rules on the
+/// order of the two directions are not judged — the IBTA assumes a network that keeps order,
+/// and from one capture point a packet the network reordered cannot always be told from one
+/// the sender misplaced; every other rule holds.
+#[test]
+fn our_nic_under_loss_and_reordering_follows_the_rules() {
+    let (a, b, counters) = faulty_run(
+        "drop=0.02,reorder=0.02,seed=4791",
+        150,
+        [Options { reordering: true }; 2],
+    );
+    assert!(
+        counters.retransmitted_packets > 0,
+        "the faults happened: {counters:?}"
+    );
+    assert_conformant(&a, &b);
+    // Both see the go-backs; none of the order rules was judged.
+    let seen = |r: &Report| r.conversations[0].directions[0];
+    assert!(seen(&a).retransmitted > 0 && seen(&b).retransmitted > 0);
+    assert!(!a.conversations[0].order_judged && !b.conversations[0].order_judged);
+}
