@@ -281,6 +281,22 @@ fn every_subcommand_ends_cleanly_when_its_reader_goes_away() {
         &["ucmatose", "--nic", &a.name, "--timeout", "1"],
         nothing,
     );
+    covered.push("conform");
+    both_readers(
+        &env,
+        "conform",
+        &["conform", "../captures/all-verbs.pcap"],
+        nothing,
+    );
+    covered.push("run");
+    // The program's output goes into the pipe; `roce run` itself stays quiet and passes on
+    // how the program ended.
+    both_readers(
+        &env,
+        "run",
+        &["run", "--nic", &a.name, "--", "ibv_devices"],
+        nothing,
+    );
     covered.push("udaddy");
     both_readers(
         &env,
