@@ -376,7 +376,15 @@ fn with_dcqcn_marks_come_back_as_cnps_the_senders_cut_their_rates_and_drop_less(
     // 16 zero bytes; DSCP 48, ECT(0), UDP source port 0.
     let sent: Vec<Vec<u8>> = frames(&sink_nic)
         .into_iter()
-        .filter(|f| f.len() > 42 && f[42] == 0x81 && f[6..12] != f[0..6])
+        .filter(|f| {
+            // IPv4, UDP to port 4791, BTH opcode 0x81 (a TCP segment can carry 0x81 there too).
+            f.len() > 42
+                && f[12..14] == [0x08, 0x00]
+                && f[23] == 17
+                && f[36..38] == [0x12, 0xb7]
+                && f[42] == 0x81
+                && f[6..12] != f[0..6]
+        })
         .collect();
     assert!(!sent.is_empty(), "no CNP in the sink's capture");
     for cnp in &sent {
