@@ -107,9 +107,6 @@ impl Link for Rekey {
     fn attach(&mut self, pool: &Arc<BufPool>, waker: &Arc<Waker>) {
         self.inner.attach(pool, waker)
     }
-    fn flush_sends(&mut self) -> u64 {
-        self.inner.flush_sends()
-    }
     fn describe(&self) -> String {
         format!("{} rewriting P_Keys", self.inner.describe())
     }

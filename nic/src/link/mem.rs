@@ -23,9 +23,6 @@ pub struct MemLink {
     peer: Arc<OnceLock<Arc<Waker>>>,
     /// This end's engine, given to the peer through the shared slot.
     me: Arc<OnceLock<Arc<Waker>>>,
-    /// Frames were sent since the peer was last woken: [`Link::flush_sends`] wakes it, once
-    /// for a pass's frames rather than once (a fence and maybe a system call) for each.
-    wake_owed: bool,
     name: &'static str,
 }
 
@@ -41,7 +38,6 @@ pub fn pair() -> (MemLink, MemLink) {
             rx: rx_ba,
             peer: Arc::clone(&waker_b),
             me: Arc::clone(&waker_a),
-            wake_owed: false,
             name: "a",
         },
         MemLink {
@@ -49,7 +45,6 @@ pub fn pair() -> (MemLink, MemLink) {
             rx: rx_ab,
             peer: waker_a,
             me: waker_b,
-            wake_owed: false,
             name: "b",
         },
     )
@@ -59,7 +54,9 @@ impl Link for MemLink {
     fn send(&mut self, frame: FrameBuf) -> io::Result<()> {
         match self.tx.try_send(frame) {
             Ok(()) => {
-                self.wake_owed = true;
+                if let Some(peer) = self.peer.get() {
+                    peer.wake();
+                }
                 Ok(())
             }
             Err(TrySendError::Full(_)) => Err(io::Error::new(
@@ -94,20 +91,6 @@ impl Link for MemLink {
         let _ = self.me.set(Arc::clone(waker));
     }
 
-    fn flush_sends(&mut self) -> u64 {
-        if std::mem::take(&mut self.wake_owed) {
-            if let Some(peer) = self.peer.get() {
-                peer.wake();
-            }
-        }
-        0
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        self.flush_sends();
-        Ok(())
-    }
-
     fn describe(&self) -> String {
         format!("in-process cable (end {})", self.name)
     }
@@ -129,23 +112,6 @@ mod tests {
         };
         // SAFETY: one valid pollfd, no wait.
         unsafe { libc::poll(&mut pollfd, 1, 0) == 1 }
-    }
-
-    #[test]
-    fn a_sleeping_peer_is_woken_once_the_sends_are_flushed() {
-        let (mut a, mut b) = pair();
-        let pool = BufPool::new(4);
-        let wake_a = Waker::new(SharedWord::private()).unwrap();
-        let wake_b = Waker::new(SharedWord::private()).unwrap();
-        a.attach(&pool, &wake_a);
-        b.attach(&pool, &wake_b);
-        wake_b.prepare_sleep();
-        a.send(pool.take()).unwrap();
-        a.send(pool.take()).unwrap();
-        assert!(!signalled(&wake_b), "woken at the flush, not at each send");
-        assert_eq!(a.flush_sends(), 0);
-        assert!(signalled(&wake_b));
-        assert!(b.recv().unwrap().is_some());
     }
 
     #[test]
