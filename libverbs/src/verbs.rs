@@ -424,12 +424,12 @@ unsafe fn create_qp_common(
         max_recv_sge: attr.cap.max_recv_sge.max(1),
         max_inline_data: attr.cap.max_inline_data,
     };
-    let created = match attr.srq.is_null() {
-        true => p.inner.create_qp(qp_type, &scq.inner, &rcq.inner, cap),
+    let created = if attr.srq.is_null() {
+        p.inner.create_qp(qp_type, &scq.inner, &rcq.inner, cap)
+    } else {
         // SAFETY: the program's SRQ came from this library.
-        false => {
-            unsafe { crate::srq::Srq::from_ptr(attr.srq) }.create_qp(p, qp_type, scq, rcq, cap)
-        }
+        let srq = unsafe { crate::srq::Srq::from_ptr(attr.srq) };
+        srq.create_qp(p, qp_type, scq, rcq, cap)
     };
     let inner = match created {
         Ok(qp) => qp,
