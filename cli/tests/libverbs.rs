@@ -282,21 +282,98 @@ fn rdma_cores_pingpongs_run_between_two_nics() {
 }
 
 #[test]
-fn what_our_nic_lacks_fails_cleanly() {
+fn ibv_srq_pingpong_runs_between_two_nics_and_against_roce_pingpong() {
     if !installed("ibv_srq_pingpong", "ibverbs-utils") {
         return;
     }
     let env = Env::new("lvsrq");
-    let (a, _b) = cabled_pair(&env, 64);
+    let (a, b) = cabled_pair(&env, 64);
     let _na = env.nic(&a);
-    // Shared receive queues: ibv_create_srq answers NULL with EOPNOTSUPP.
-    let done = run(&env, Some(&a.name), &["ibv_srq_pingpong", "-g", "1"]);
-    assert_eq!(done.status.code(), Some(1), "{}", done.stderr);
+    let _nb = env.nic(&b);
+    // Two unmodified programs, each QP's receives taken from one shared receive queue.
+    for (i, common) in [
+        ["-g", "1", "-n", "200", "-q", "16", "-s", "4096"],
+        ["-g", "1", "-n", "100", "-q", "4", "-s", "10000"],
+    ]
+    .iter()
+    .enumerate()
+    {
+        let port = (18650 + i).to_string();
+        let args = [&["ibv_srq_pingpong"][..], &common[..], &["-p", &port]].concat();
+        let [server, client] = pingpong(&env, &b.name, &a.name, "10.64.0.2", &args);
+        let want: u64 = common[3].parse().unwrap();
+        for out in [&server, &client] {
+            assert_eq!(iters(out), want, "{args:?}: {out}");
+        }
+        assert!(client.contains("GID ::ffff:10.64.0.2"), "{client}");
+    }
+    let common = ["-g", "1", "-n", "100", "-q", "8", "-s", "2048"];
+    // roce pingpong srq serves; Debian's connects under roce run.
+    let mut ours = env.spawn(
+        &[
+            &["pingpong", "srq", "--nic", &b.name, "-p", "18660"][..],
+            &common,
+        ]
+        .concat()
+        .into_iter()
+        .map(str::to_owned)
+        .collect::<Vec<_>>(),
+        false,
+    );
+    let deadline = Instant::now() + PATIENCE;
+    let theirs = loop {
+        let args = [
+            &["ibv_srq_pingpong"][..],
+            &common,
+            &["-p", "18660", "10.64.0.2"],
+        ]
+        .concat();
+        let done = run(&env, Some(&a.name), &args);
+        if done.status.success() {
+            break done.stdout;
+        }
+        assert!(
+            done.stderr.contains("Couldn't connect") && Instant::now() < deadline,
+            "ibv_srq_pingpong against roce pingpong srq: {}{}",
+            done.stdout,
+            done.stderr
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(ours.wait(PATIENCE).success(), "{}", ours.stderr());
+    assert_eq!(iters(&theirs), 100, "{theirs}");
+    assert!(ours.drain_stdout().contains("verified: "));
+    // Debian's serves under roce run; roce pingpong srq connects.
+    let mut server = start(
+        &env,
+        &b.name,
+        &[&["ibv_srq_pingpong"][..], &common, &["-p", "18661"]].concat(),
+    );
+    let done = env.run(
+        &[
+            &[
+                "pingpong",
+                "srq",
+                "--nic",
+                &a.name,
+                "-p",
+                "18661",
+                "--connect-retry",
+                "20",
+            ][..],
+            &common,
+            &["10.64.0.2"],
+        ]
+        .concat(),
+    );
     assert!(
-        done.stderr.contains("Couldn't create SRQ"),
-        "{}",
+        done.status.success(),
+        "roce pingpong srq against ibv_srq_pingpong: {}",
         done.stderr
     );
+    assert!(done.stdout.contains("verified: "), "{}", done.stdout);
+    assert!(server.wait(PATIENCE).success(), "{}", server.stderr());
+    assert_eq!(iters(&server.drain_stdout()), 100);
 }
 
 /// Builds examples/c/rdma_write.c with the system's verbs header and library, as a user
