@@ -865,3 +865,66 @@ fn bad_use_from_c_gets_libibverbs_errors_and_never_crashes() {
     assert!(info.status.success(), "{}", info.stderr);
     drop(nb);
 }
+
+#[test]
+fn shared_receive_queues_from_c_answer_as_libibverbs_does() {
+    if !installed("gcc", "gcc") {
+        return;
+    }
+    if !std::path::Path::new("/usr/include/infiniband/verbs.h").exists() {
+        roce_tests::skip("libibverbs-dev is not installed (no infiniband/verbs.h)");
+        return;
+    }
+    let env = Env::new("lvsrqc");
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/srq_use.c");
+    let exe = env.dir.join("srq_use");
+    let built = Command::new("gcc")
+        .args(["-Wall", "-Wextra", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .arg("-libverbs")
+        .output()
+        .unwrap();
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let (a, _b) = cabled_pair(&env, 71);
+    let _na = env.nic(&a);
+    let done = run(&env, Some(&a.name), &[exe.to_str().unwrap()]);
+    assert!(done.status.success(), "{}{}", done.stdout, done.stderr);
+    let cases: Vec<(&str, &str)> = done
+        .stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("CASE ")?.split_once(": "))
+        .collect();
+    let expected = [
+        ("query_device", "ok"),
+        ("max_srq nonzero", "yes"),
+        ("create_srq_ex", "ok"),
+        ("granted max_wr at least 100", "yes"),
+        ("create_srq too large", "Invalid argument"),
+        ("modify_srq limit", "ok"),
+        ("query_srq", "ok"),
+        ("limit armed", "10"),
+        ("modify_srq resize", "Invalid argument"),
+        ("modify_srq limit above size", "Invalid argument"),
+        ("create_qp with srq", "ok"),
+        ("query_qp", "ok"),
+        ("query_qp names the srq", "yes"),
+        ("post_srq_recv", "ok"),
+        ("post_srq_recv two entries", "Invalid argument"),
+        ("bad names the request", "yes"),
+        ("post_recv on a QP with an srq", "Invalid argument"),
+        ("destroy_srq in use", "Device or resource busy"),
+        ("destroy_qp", "ok"),
+        ("dealloc_pd with an srq", "Device or resource busy"),
+        ("destroy_srq", "ok"),
+        ("dereg_mr", "ok"),
+        ("destroy_cq", "ok"),
+        ("dealloc_pd", "ok"),
+        ("close_device", "ok"),
+    ];
+    assert_eq!(cases, expected, "\n{}", done.stderr);
+}
