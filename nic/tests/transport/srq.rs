@@ -46,10 +46,10 @@ fn srq_side(dev: &Device, qp_type: QpType, n: usize, max_wr: u32) -> SrqSide {
     }
 }
 
-/// Posts receives `ids` into the SRQ, each into its own 1 KiB of the region.
+/// Posts receives `ids` into the SRQ, each into its own 4 KiB of the region.
 fn post_receives(side: &SrqSide, ids: std::ops::Range<u64>) {
     for id in ids {
-        let sge = side.mr.sge(id * 1024, 1024);
+        let sge = side.mr.sge(id * 4096, 4096);
         side.srq
             .post_recv(&[RecvWr {
                 wr_id: id,
@@ -127,7 +127,7 @@ fn qps_take_receives_from_their_shared_queue_in_posting_order() {
             )
         );
         let mut landed = vec![0; message.len()];
-        b.region.read(i * 1024, &mut landed).unwrap();
+        b.region.read(i * 4096, &mut landed).unwrap();
         assert_eq!(landed, message);
     }
     // The QPs have no receive queue of their own.
@@ -306,4 +306,47 @@ fn a_qp_may_use_only_a_queue_of_its_own_host_and_domain() {
             sg_list: &two,
         }])
         .is_err());
+}
+
+#[test]
+fn uc_qps_share_a_queue_and_a_message_without_a_receive_is_dropped() {
+    let (la, lb) = mem::pair();
+    let (dev_a, dev_b) = devices(la, lb).unwrap();
+    let b = srq_side(&dev_b, QpType::Uc, 2, 16);
+    let a = host(&dev_a, QpType::Uc, 1 << 16, bench_cap()).unwrap();
+    let qps: Vec<QueuePair> = b
+        .qps
+        .iter()
+        .map(|peer| {
+            let qp =
+                a.pd.create_qp(QpType::Uc, &a.cq, &a.cq, bench_cap())
+                    .unwrap();
+            connect_qps(&qp, peer, Mtu::M1024, |_| {}).unwrap();
+            qp
+        })
+        .collect();
+    send(&a, &qps[0], 1, b"nobody posted");
+    assert_eq!(completion(&a.cq).status, WcStatus::Success);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while dev_b.counters().rx_no_receive == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the message was not counted as dropped"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    post_receives(&b, 4..6);
+    for (id, qp) in [(4, 1), (5, 0)] {
+        let message = pattern(3000, id as u8);
+        send(&a, &qps[qp], id, &message);
+        assert_eq!(completion(&a.cq).status, WcStatus::Success);
+        let wc = completion(&b.cq);
+        assert_eq!(
+            (wc.status, wc.wr_id, wc.byte_len, wc.qp_num),
+            (WcStatus::Success, id, 3000, b.qps[qp].qp_num())
+        );
+        let mut landed = vec![0; 3000];
+        b.region.read(id as usize * 4096, &mut landed).unwrap();
+        assert_eq!(landed, message);
+    }
 }
