@@ -350,3 +350,35 @@ fn uc_qps_share_a_queue_and_a_message_without_a_receive_is_dropped() {
         assert_eq!(landed, message);
     }
 }
+
+#[test]
+fn a_qp_entering_the_error_state_leaves_the_shared_queue_to_the_others() {
+    let (la, lb) = mem::pair();
+    let (dev_a, dev_b) = devices(la, lb).unwrap();
+    let b = srq_side(&dev_b, QpType::Rc, 2, 16);
+    let (a, qps) = senders(&dev_a, &b);
+    post_receives(&b, 0..2);
+    b.qps[0]
+        .modify(&QpAttr {
+            qp_state: Some(QpState::Err),
+            ..QpAttr::default()
+        })
+        .unwrap();
+    // Both receives are still there for the other QP, in their order: none was flushed.
+    for id in 0..2 {
+        send(&a, &qps[1], id, b"still shared");
+        assert_eq!(completion(&a.cq).status, WcStatus::Success);
+        let wc = completion(&b.cq);
+        assert_eq!(
+            (wc.status, wc.wr_id, wc.qp_num),
+            (WcStatus::Success, id, b.qps[1].qp_num())
+        );
+    }
+    let mut none = [Wc::default()];
+    assert_eq!(
+        b.cq.poll(&mut none),
+        0,
+        "a completion too many: {:?}",
+        none[0]
+    );
+}
