@@ -171,7 +171,7 @@ impl QueuePair {
             q.producer.push(&q.slot);
         }
         q.producer.publish();
-        ctx.backend.doorbell().wake();
+        ctx.backend.doorbell().ring(self.inner.qpn);
         result
     }
 
@@ -194,7 +194,7 @@ impl QueuePair {
             q.producer.push(&q.slot);
         }
         q.producer.publish();
-        ctx.backend.doorbell().wake();
+        ctx.backend.doorbell().ring(self.inner.qpn);
         result
     }
 }

@@ -842,6 +842,7 @@ fn the_greetings_start_as_in_every_version() {
         nic: "nic0".into(),
         doorbell_word: word.fd().unwrap().try_clone_to_owned().unwrap(),
         doorbell: line.as_fd().try_clone_to_owned().unwrap(),
+        doorbell_qpns: 273,
     });
     let encoded = encode(&welcome).unwrap();
     assert_eq!(greeting_version(&encoded.bytes), Some(PROTOCOL_VERSION));
@@ -893,7 +894,7 @@ fn the_encoding_is_pinned_to_the_protocol_version() {
     }
     assert_eq!(
         (PROTOCOL_VERSION, hash),
-        (8, 0xf774_9dc2_cd27_0598),
+        (9, 0x2af2_2e29_76a5_d88e),
         "the control messages' encoding changed: give messages::PROTOCOL_VERSION a new number, \
          and pin it here with the new hash ({hash:#018x})"
     );
