@@ -217,7 +217,15 @@ fn faulty_run(
     rounds: u64,
     options: [Options; 2],
 ) -> (Report, Report, roce_nic::counters::Snapshot) {
-    let dir = tempfile::tempdir().unwrap();
+    faulty_run_in(&tempfile::tempdir().unwrap(), faults, rounds, options)
+}
+
+fn faulty_run_in(
+    dir: &tempfile::TempDir,
+    faults: &str,
+    rounds: u64,
+    options: [Options; 2],
+) -> (Report, Report, roce_nic::counters::Snapshot) {
     let (pa, pb) = (dir.path().join("a.pcap"), dir.path().join("b.pcap"));
     let (sink_a, sink_b) = (
         PcapSink::create(&pa).unwrap(),
@@ -312,6 +320,14 @@ fn faulty_run(
     )
 }
 
+/// How `roce conform --at ADDRESS` judges each NIC's own capture (A is 10.0.0.1, B 10.0.0.2).
+fn at_each_nic(reordering: bool) -> [Options; 2] {
+    ["10.0.0.1", "10.0.0.2"].map(|addr| Options {
+        reordering,
+        at: Some(addr.parse().unwrap()),
+    })
+}
+
 /// Both captures follow every rule; each holds one RC conversation of 600 messages.
 fn assert_conformant(a: &Report, b: &Report) {
     for (side, report) in [("A", a), ("B", b)] {
@@ -334,7 +350,7 @@ fn assert_conformant(a: &Report, b: &Report) {
 /// the observer does not yet tell apart (see docs/conform.md). The scapy cases judge those three.
 #[test]
 fn our_nic_under_loss_follows_the_rules() {
-    let (a, b, counters) = faulty_run("drop=0.03,seed=7", 150, [Options { reordering: true }; 2]);
+    let (a, b, counters) = faulty_run("drop=0.03,seed=7", 150, at_each_nic(false));
     assert!(
         counters.retransmitted_packets > 0,
         "the faults happened: {counters:?}"
@@ -351,11 +367,7 @@ fn our_nic_under_loss_follows_the_rules() {
 /// the sender misplaced; every other rule holds.
 #[test]
 fn our_nic_under_loss_and_reordering_follows_the_rules() {
-    let (a, b, counters) = faulty_run(
-        "drop=0.02,reorder=0.02,seed=4791",
-        150,
-        [Options { reordering: true }; 2],
-    );
+    let (a, b, counters) = faulty_run("drop=0.02,reorder=0.02,seed=4791", 150, at_each_nic(true));
     assert!(
         counters.retransmitted_packets > 0,
         "the faults happened: {counters:?}"
@@ -365,4 +377,52 @@ fn our_nic_under_loss_and_reordering_follows_the_rules() {
     let seen = |r: &Report| r.conversations[0].directions[0];
     assert!(seen(&a).retransmitted > 0 && seen(&b).retransmitted > 0);
     assert!(!a.conversations[0].order_judged && !b.conversations[0].order_judged);
+}
+
+/// Sweep: `ROCE_SWEEP=FROM..TO ROCE_SWEEP_KEEP=DIR cargo test -p roce-tests --test conform sweep -- --ignored --nocapture`
+#[test]
+#[ignore]
+fn sweep() {
+    let range = std::env::var("ROCE_SWEEP").unwrap_or("1..10".into());
+    let (from, to) = range.split_once("..").unwrap();
+    let keep = std::env::var("ROCE_SWEEP_KEEP").ok();
+    let faults = std::env::var("ROCE_SWEEP_FAULTS").unwrap_or("drop=0.03".into());
+    let mut bad = 0;
+    for seed in from.parse::<u64>().unwrap()..to.parse::<u64>().unwrap() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b, _) = faulty_run_in(
+            &dir,
+            &format!("{faults},seed={seed}"),
+            150,
+            at_each_nic(false),
+        );
+        let mut failed = false;
+        for (side, r) in [("a", &a), ("b", &b)] {
+            for v in &r.violations {
+                failed = true;
+                println!(
+                    "seed {seed} {side}: {} frames {:?}: expected {} found {}",
+                    v.rule, v.frames, v.expected, v.found
+                );
+            }
+            if !r.conversations[0].order_judged {
+                println!("seed {seed} {side}: order not judged");
+            }
+        }
+        if failed {
+            bad += 1;
+            if let Some(k) = &keep {
+                for side in ["a", "b"] {
+                    std::fs::copy(
+                        dir.path().join(format!("{side}.pcap")),
+                        format!("{k}/{seed}-{side}.pcap"),
+                    )
+                    .unwrap();
+                }
+            }
+        } else {
+            println!("seed {seed}: ok");
+        }
+    }
+    println!("{bad} failing seeds");
 }

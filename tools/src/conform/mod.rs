@@ -122,6 +122,13 @@ pub struct Options {
     /// captured may not have arrived. Where a capture shows reordering itself, they are not
     /// judged either.
     pub reordering: bool,
+    /// The host the capture was taken at, when known (`roce nic --pcap` records at the NIC):
+    /// what it sent is in the capture before any loss, what it received after. An answer the
+    /// capture shows reached a requester there; an answer it sends to a requester elsewhere
+    /// may be lost or overtaken on its way, so whether a resend there had a cause is not
+    /// judged (`resend-cause` only for requesters at this host). Unknown (`None`), every
+    /// requester is judged, as if the capture saw what each received.
+    pub at: Option<IpAddr>,
 }
 
 /// Reads a whole capture and judges it.
@@ -727,8 +734,14 @@ impl Checker {
             };
             let judge_order =
                 !self.options.reordering && !state.streams.iter().any(Stream::reordered);
-            for stream in &mut state.streams {
-                stream.finish(&mut out, judge_order);
+            let at = self.options.at.map(|addr| match addr {
+                IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+                IpAddr::V6(v6) => v6.octets(),
+            });
+            for (side, stream) in state.streams.iter_mut().enumerate() {
+                // The requests of `streams[side]` come from `ends[side]`.
+                let resends_judged = at.is_none_or(|a| a == state.ends[side].0);
+                stream.finish(&mut out, judge_order, resends_judged);
             }
             conversations.push(Conversation {
                 number: i + 1,

@@ -22,6 +22,8 @@ const AHEAD: usize = 16;
 const RECENT_RESENDS: usize = 512;
 /// Holes (PSNs skipped by the fresh requests) remembered, to recognise late arrivals.
 const HOLES: usize = 16;
+/// READs and atomics remembered until answered: more than any responder's resources (16).
+const UNANSWERED: usize = 64;
 
 /// What was sent with one PSN.
 #[derive(Debug, Clone, Copy, Default)]
@@ -146,6 +148,8 @@ pub struct Stream {
     answer_high: Option<u32>,
     /// The latest resends: PSN and frame.
     recent_resends: Vec<(u32, u64)>,
+    /// READs and atomics (their first PSNs) sent and not answered yet, oldest first.
+    unanswered: Vec<u32>,
 }
 
 impl Stream {
@@ -176,6 +180,7 @@ impl Stream {
             reorder_seen: false,
             answer_high: None,
             recent_resends: Vec::new(),
+            unanswered: Vec::new(),
         }
     }
 
@@ -559,6 +564,12 @@ impl Stream {
             self.counts.messages += 1;
         }
         self.check_neighbours(out, p);
+        if opcode.kind() == Kind::ReadRequest || opcode.kind().is_atomic() {
+            if self.unanswered.len() == UNANSWERED {
+                self.unanswered.remove(0);
+            }
+            self.unanswered.push(p);
+        }
         if opcode.kind() == Kind::ReadRequest {
             match mtu.bytes() {
                 Some(m) => self.reserve_read(p, rules::packets(u64::from(slot.len), m), slot),
@@ -878,9 +889,10 @@ impl Stream {
         }
         self.note_order(p);
         self.note_answered(kind, p);
-        if self.skips_unanswered(p) {
+        if self.skips_unanswered(p) || self.passes_unanswered(p) {
             self.implied_nak = Some(time);
         }
+        self.forget_answered(kind, p);
         // A NAK for a PSN already answered comes late (reordered on the way): the requester
         // has moved on and ignores it, and so does the observer.
         let stale = self.acked_before.is_some_and(|a| psn::diff(p, a) < 0);
@@ -895,7 +907,9 @@ impl Stream {
                     frame,
                     rnr: None,
                 });
-                self.naked = Some((p, frame));
+                if !self.resent_since_trigger(p) {
+                    self.naked = Some((p, frame));
+                }
             }
             Some(Syndrome::Nak(_)) => self.closed = true,
             Some(Syndrome::RnrNak { timer }) => {
@@ -958,6 +972,26 @@ impl Stream {
         }
     }
 
+    /// Whether PSN `q`, which a sequence NAK names, was sent again after the first packet beyond
+    /// it went out. The NAK was caused by a packet beyond `q` arriving while the responder
+    /// expected `q` — at the earliest that first packet — and a copy of `q` sent after it may
+    /// still have been on its way: a go-back (an implied NAK, a timeout, a probe) that crossed
+    /// the NAK. The responder then receives that copy and may acknowledge beyond `q` without
+    /// the requester sending `q` again after the NAK (IBTA 9.7.5.2.2: the NAK is sent once,
+    /// for the first out-of-sequence packet; rxe's `sent_psn_nak`). Where the capture lacks `q`
+    /// or the packet after it, nothing is known, and nothing is held against the responder.
+    fn resent_since_trigger(&self, q: u32) -> bool {
+        let Some(slot) = self.slot(q) else {
+            return true;
+        };
+        let next = match slot.read_first {
+            Some(first) if first == q => psn::add(q, self.read_span(q)),
+            _ => psn::add(q, 1),
+        };
+        self.slot(next)
+            .is_none_or(|after| slot.last_frame > after.frame)
+    }
+
     /// Counts a READ's last response (LAST or ONLY: its answer is whole) or an atomic ACK
     /// against its request.
     fn note_answered(&mut self, kind: Kind, p: u32) {
@@ -986,6 +1020,38 @@ impl Stream {
                 s.answered == 0 && (s.read_first == Some(q) || s.opcode().kind().is_atomic())
             })
         })
+    }
+
+    /// Whether an answer for `p` comes while a READ or atomic before it, acknowledged already
+    /// by a later answer (itself an implied NAK), has still had no answer of its own: the
+    /// requester, which completes in order, takes `p`'s answer as one more implied NAK and may
+    /// drop it (IBTA 9.7.5.2.1 and 9.7.5.2.3; rxe's comp.c `check_psn`, `COMPST_ERROR_RETRY`),
+    /// so sending `p` again later answers a lost answer. A READ's own responses do not count.
+    fn passes_unanswered(&self, p: u32) -> bool {
+        let read_of_p = self.slot(p).and_then(|s| s.read_first);
+        self.unanswered.iter().any(|&q| {
+            psn::before(q, p)
+                && read_of_p != Some(q)
+                && self.slot(q).is_some_and(|s| s.answered == 0)
+        })
+    }
+
+    /// After a READ's last response or an atomic ACK for `p`, the READs and atomics before it
+    /// are answered too (the responder answers in order), or their answers are not in the
+    /// capture: they are forgotten.
+    fn forget_answered(&mut self, kind: Kind, p: u32) {
+        let whole = match self.slot(p) {
+            Some(s) if matches!(kind, Kind::ReadResponseLast | Kind::ReadResponseOnly) => {
+                s.read_first
+            }
+            Some(s) if kind == Kind::AtomicAcknowledge && s.opcode().kind().is_atomic() => Some(p),
+            _ => None,
+        };
+        if let Some(f) = whole {
+            let slots = &self.slots;
+            self.unanswered
+                .retain(|&q| psn::before(f, q) && slots[q as usize % SLOTS].tag == q + 1);
+        }
     }
 
     fn acknowledge(&mut self, before: u32, time: Duration) {
@@ -1171,15 +1237,18 @@ impl Stream {
 
     /// At the end of the capture: answers for PSNs that were never sent, and the findings that
     /// depend on the order of the two directions — judged only where the network kept order
-    /// (`judge_order`), as the IBTA assumes of it.
-    pub fn finish(&mut self, out: &mut Sink<'_>, judge_order: bool) {
+    /// (`judge_order`), as the IBTA assumes of it; resend causes only where the capture saw
+    /// the answers the requester received (`resends_judged`).
+    pub fn finish(&mut self, out: &mut Sink<'_>, judge_order: bool, resends_judged: bool) {
         let deferred = std::mem::take(&mut self.deferred);
         let skipped = std::mem::take(&mut self.skipped);
         if !judge_order {
             return self.finish_answers(out);
         }
         for f in deferred {
-            out.violation(f);
+            if f.rule != Rule::ResendCause || resends_judged {
+                out.violation(f);
+            }
         }
         for (q, nak_frame, frame, p) in skipped {
             out.violation(Finding::new(
