@@ -299,6 +299,23 @@ case("nak-go-back-bend", None, lambda c: nak(1)(c) and [])
 case("ack-coverage-break", "ack-coverage", nak(0, ack_without_resend=True))
 
 
+def go_back_crossing_nak(c):
+    """A probe resends the lost PSN before the NAK for it arrives: the responder acknowledges
+    beyond it with no copy sent after the NAK, legally (our own NIC under loss does this)."""
+    p = c.mtu_1024()
+    for i in range(4):
+        c.req(SEND_ONLY, p + i, 16)
+    c.ans(ACKNOWLEDGE, p, msn=2)
+    for i in range(1, 4):
+        c.req(SEND_ONLY, p + i, 16, dt=0.001 if i == 1 else 0.0001)
+    c.ans(ACKNOWLEDGE, p + 1, syndrome=NAK_SEQ, msn=2)
+    c.ans(ACKNOWLEDGE, p + 3, msn=5)
+    return []
+
+
+case("ack-coverage-race-bend", None, go_back_crossing_nak)
+
+
 # --- rnr-wait ---------------------------------------------------------------------------------
 def rnr(wait):
     def build(c):
@@ -443,6 +460,24 @@ case("atomic-ack-psn-break", "atomic-ack-psn", atomic_psn_break)
 case("atomic-ack-psn-bend", None, atomic_psn_bend)
 case("atomic-replay-break", "atomic-replay", atomic_replay(6))
 case("atomic-replay-bend", None, lambda c: atomic_replay(5)(c) and [])
+
+
+def atomic_answer_lost(c):
+    """Both answers lost; after the timeout the responder acknowledges the duplicate SEND up to
+    the atomic it executed — a plain ACK for the atomic's PSN: its answer was lost, and the
+    requester asks again at once (an implied NAK), before the replayed answer arrives."""
+    p = c.mtu_1024()
+    c.req(SEND_ONLY, p, 16)
+    c.req(FETCH_ADD, p + 1, 0, atomic_eth())
+    c.req(SEND_ONLY, p, 16, dt=0.2)
+    c.req(FETCH_ADD, p + 1, 0, atomic_eth())
+    c.ans(ACKNOWLEDGE, p + 1, msn=3)
+    c.req(FETCH_ADD, p + 1, 0, atomic_eth(), dt=0.00001)
+    c.ans(ATOMIC_ACK, p + 1, msn=3, extra=struct.pack("!Q", 5))
+    return []
+
+
+case("atomic-answer-lost-bend", None, atomic_answer_lost)
 
 
 # --- UD ---------------------------------------------------------------------------------------

@@ -55,6 +55,8 @@ struct Slot {
     original: Option<u64>,
     /// A READ or atomic request: whole answers seen for it.
     answered: u32,
+    /// A READ request: the PSN of the response that comes next in order.
+    next_response: u32,
 }
 
 impl Slot {
@@ -537,6 +539,7 @@ impl Stream {
             ends: opcode.position().is_end(),
             original: None,
             answered: 0,
+            next_response: p,
         }
     }
 
@@ -889,7 +892,10 @@ impl Stream {
         }
         self.note_order(p);
         self.note_answered(kind, p);
-        if self.skips_unanswered(p) || self.passes_unanswered(p) {
+        // A plain ACK for a READ's or an atomic's own PSN says it was executed, and that its
+        // answer went missing.
+        let plain_ack = kind == Kind::Acknowledge && matches!(syndrome, Some(Syndrome::Ack { .. }));
+        if self.skips_unanswered(p, plain_ack) || self.passes_unanswered(kind, p) {
             self.implied_nak = Some(time);
         }
         self.forget_answered(kind, p);
@@ -992,28 +998,43 @@ impl Stream {
             .is_none_or(|after| slot.last_frame > after.frame)
     }
 
-    /// Counts a READ's last response (LAST or ONLY: its answer is whole) or an atomic ACK
-    /// against its request.
+    /// Counts a READ's last response (LAST or ONLY after the responses before it: its answer
+    /// is whole) or an atomic ACK against its request. A READ's responses count in order from
+    /// its first PSN, from where a retry starts, or from wherever the responder answers it again;
+    /// a LAST after a response missing leaves the READ unanswered, as it does for the requester.
     fn note_answered(&mut self, kind: Kind, p: u32) {
-        let first = match self.slot(p) {
-            Some(s) if matches!(kind, Kind::ReadResponseLast | Kind::ReadResponseOnly) => {
-                s.read_first
+        if kind.is_read_response() {
+            let Some(s) = self
+                .slot(p)
+                .and_then(|s| s.read_first)
+                .and_then(|f| self.slot_mut(f))
+            else {
+                return;
+            };
+            let in_order = !psn::before(s.next_response, p) || s.read_retry == Some(p);
+            if in_order {
+                s.next_response = psn::add(p, 1);
+                s.answered += u32::from(matches!(
+                    kind,
+                    Kind::ReadResponseLast | Kind::ReadResponseOnly
+                ));
             }
-            Some(s) if kind == Kind::AtomicAcknowledge && s.opcode().kind().is_atomic() => Some(p),
-            _ => None,
-        };
-        if let Some(s) = first.and_then(|f| self.slot_mut(f)) {
-            s.answered += 1;
+            return;
+        }
+        if kind == Kind::AtomicAcknowledge {
+            if let Some(s) = self.slot_mut(p).filter(|s| s.opcode().kind().is_atomic()) {
+                s.answered += 1;
+            }
         }
     }
 
-    /// Whether an answer for `p` passes a READ or atomic (after what was acknowledged) that has
-    /// had no answer yet.
-    fn skips_unanswered(&self, p: u32) -> bool {
+    /// Whether an answer for `p` (and for `p` itself, with `through`) passes a READ or atomic
+    /// (after what was acknowledged) that has had no answer yet.
+    fn skips_unanswered(&self, p: u32, through: bool) -> bool {
         let Some(from) = self.acked_before else {
             return false;
         };
-        let n = psn::diff(p, from);
+        let n = psn::diff(p, from) + i32::from(through);
         (0..n.clamp(0, SLOTS as i32 / 2) as u32).any(|i| {
             let q = psn::add(from, i);
             self.slot(q).is_some_and(|s| {
@@ -1026,14 +1047,22 @@ impl Stream {
     /// by a later answer (itself an implied NAK), has still had no answer of its own: the
     /// requester, which completes in order, takes `p`'s answer as one more implied NAK and may
     /// drop it (IBTA 9.7.5.2.1 and 9.7.5.2.3; rxe's comp.c `check_psn`, `COMPST_ERROR_RETRY`),
-    /// so sending `p` again later answers a lost answer. A READ's own responses do not count.
-    fn passes_unanswered(&self, p: u32) -> bool {
-        let read_of_p = self.slot(p).and_then(|s| s.read_first);
-        self.unanswered.iter().any(|&q| {
-            psn::before(q, p)
-                && read_of_p != Some(q)
-                && self.slot(q).is_some_and(|s| s.answered == 0)
-        })
+    /// so sending `p` again later answers a lost answer. A READ's own responses count only
+    /// when they skip one (the requester goes back for the response missing).
+    fn passes_unanswered(&self, kind: Kind, p: u32) -> bool {
+        let read_of_p = self
+            .slot(p)
+            .and_then(|s| s.read_first)
+            .filter(|_| kind.is_read_response());
+        let skips_response = read_of_p
+            .and_then(|f| self.slot(f))
+            .is_some_and(|s| psn::before(s.next_response, p));
+        skips_response
+            || self.unanswered.iter().any(|&q| {
+                psn::before(q, p)
+                    && read_of_p != Some(q)
+                    && self.slot(q).is_some_and(|s| s.answered == 0)
+            })
     }
 
     /// After a READ's last response or an atomic ACK for `p`, the READs and atomics before it
@@ -1047,7 +1076,7 @@ impl Stream {
             Some(s) if kind == Kind::AtomicAcknowledge && s.opcode().kind().is_atomic() => Some(p),
             _ => None,
         };
-        if let Some(f) = whole {
+        if let Some(f) = whole.filter(|&f| self.slot(f).is_some_and(|s| s.answered > 0)) {
             let slots = &self.slots;
             self.unanswered
                 .retain(|&q| psn::before(f, q) && slots[q as usize % SLOTS].tag == q + 1);
