@@ -26,6 +26,8 @@ SEND_FIRST, SEND_MIDDLE, SEND_LAST, SEND_ONLY = 0x00, 0x01, 0x02, 0x04
 WRITE_FIRST, WRITE_LAST, WRITE_ONLY = 0x06, 0x08, 0x0A
 READ_REQUEST, RR_FIRST, RR_MIDDLE, RR_LAST, RR_ONLY = 0x0C, 0x0D, 0x0E, 0x0F, 0x10
 ACKNOWLEDGE, ATOMIC_ACK, FETCH_ADD = 0x11, 0x12, 0x14
+CNP = 0x81
+ECN_CE = 3
 UC_SEND_ONLY, UD_SEND_ONLY = 0x24, 0x64
 ACK, NAK_SEQ = 0x1F, 0x60
 GSI_QKEY = 0x80010000
@@ -42,10 +44,10 @@ class Capture:
         self.frames = []
         self.t = 1_700_000_000.0
 
-    def _add(self, src, dst, opcode, psn, dqpn, body, pad, ackreq, dt):
+    def _add(self, src, dst, opcode, psn, dqpn, body, pad, ackreq, dt, tos=0):
         self.t += dt
         frame = (Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
-                 / IP(src=src, dst=dst, flags="DF", ttl=64)
+                 / IP(src=src, dst=dst, flags="DF", ttl=64, tos=tos)
                  / UDP(sport=0xC123, dport=4791, chksum=0)
                  / BTH(opcode=opcode, padcount=pad, dqpn=dqpn, ackreq=ackreq, psn=psn & 0xFFFFFF)
                  / body)
@@ -53,11 +55,16 @@ class Capture:
         self.frames.append(frame)
         return len(self.frames)
 
-    def req(self, opcode, psn, payload=0, ext=b"", dt=0.0001, src=A, dst=B, dqpn=QB):
+    def req(self, opcode, psn, payload=0, ext=b"", dt=0.0001, src=A, dst=B, dqpn=QB, tos=0):
         """A request from A; `payload` is a length (bytes of a pattern) or bytes."""
         data = payload if isinstance(payload, bytes) else bytes(i % 251 for i in range(payload))
         pad = (4 - len(data) % 4) % 4
-        return self._add(src, dst, opcode, psn, dqpn, Raw(ext + data + b"\0" * pad), pad, 1, dt)
+        return self._add(src, dst, opcode, psn, dqpn, Raw(ext + data + b"\0" * pad), pad, 1, dt,
+                         tos)
+
+    def cnp(self):
+        """A congestion notification from B to A's QP (RoCEv2 annex A17.9: 16 reserved bytes)."""
+        return self._add(B, A, CNP, 0, QA, Raw(b"\0" * 16), 0, 0, 0.0001)
 
     def ans(self, opcode, psn, syndrome=ACK, msn=0, payload=0, extra=b"", dt=0.0001, aeth=True):
         """An answer from B: an ACK or NAK, a READ response or an atomic ACK."""
@@ -487,6 +494,19 @@ case("ud-payload-break", "ud-payload", lambda c: [c.ud(0x42, 0x20, 0x30, b"\1" *
 case("ud-payload-bend", None, lambda c: c.ud(0x42, 0x20, 0x30, b"\1" * 4096) and [])
 case("ud-source-qp-break", "ud-source-qp", lambda c: [c.ud(0x42, 0, 0x30, b"\1" * 64)])
 case("ud-source-qp-bend", None, lambda c: c.ud(0x42, 1, 0x30, b"\1" * 64) and [])
+
+
+# --- CNPs and ECN marks: reported, never a violation ------------------------------------------
+def congestion(c):
+    p = c.mtu_1024()
+    c.req(SEND_ONLY, p, 16, tos=ECN_CE)
+    c.req(SEND_ONLY, p + 1, 16, tos=ECN_CE)
+    c.cnp()
+    c.ans(ACKNOWLEDGE, p + 1, msn=3)
+    return []
+
+
+case("cnp-ecn-bend", None, congestion)
 
 
 def main(out_dir):

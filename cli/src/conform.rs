@@ -226,6 +226,13 @@ fn render_conversation(text: &mut String, c: &Conversation) {
         if d.packets == 0 && d.acks + d.read_responses + d.atomic_acks + d.rnr_naks == 0 {
             continue;
         }
+        if c.order_judged && !c.resends_judged[i] && c.transport == "RC" {
+            let _ = writeln!(
+                text,
+                "  taken elsewhere than at {}: its resends not judged (resend-cause)",
+                c.ends[i].addr
+            );
+        }
         let (from, to) = (&c.ends[i], &c.ends[1 - i]);
         if c.transport == "UD" {
             let _ = writeln!(
@@ -291,6 +298,7 @@ fn to_json(name: &str, report: &Report, allowed: &[Rule]) -> Value {
             "mtu_source": c.mtu_source,
             "started_late": c.started_late,
             "order_judged": c.order_judged,
+            "resends_judged": c.resends_judged,
             "directions": [counts_json(&c.directions[0]), counts_json(&c.directions[1])],
             "cnps": c.cnps,
             "ecn_ce": c.ecn_ce,

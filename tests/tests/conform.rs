@@ -200,6 +200,12 @@ fn each_rule_broken_by_a_scapy_capture_is_caught_and_a_legal_bend_is_not() {
                 );
             }
             "timeout-resend-bend.pcap" => assert_eq!(counts(0).retransmitted, 1),
+            // Congestion is reported per conversation: the CNP to A's QP, the CE marks on the
+            // requests.
+            "cnp-ecn-bend.pcap" => {
+                let c = &report.conversations[0];
+                assert_eq!((report.conversations.len(), c.cnps, c.ecn_ce), (1, 1, 2));
+            }
             "rnr-wait-bend.pcap" => assert_eq!((counts(0).rnr_naks, counts(0).rnr_waits), (1, 1)),
             // Taken at the responder (B), the capture shows an ACK that may never have reached
             // the requester: its resend is not judged there; taken at the requester (A), it is.

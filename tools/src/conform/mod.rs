@@ -86,6 +86,9 @@ pub struct Conversation {
     /// nak-go-back, ack-coverage) were judged: not where the capture shows the network
     /// reordering packets, which the IBTA assumes it does not.
     pub order_judged: bool,
+    /// Per direction, whether its requester's resends were judged (`resend-cause`): not for a
+    /// requester elsewhere than where the capture was taken ([`Options::at`]).
+    pub resends_judged: [bool; 2],
     pub cnps: u64,
     pub ecn_ce: u64,
 }
@@ -738,10 +741,10 @@ impl Checker {
                 IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
                 IpAddr::V6(v6) => v6.octets(),
             });
-            for (side, stream) in state.streams.iter_mut().enumerate() {
-                // The requests of `streams[side]` come from `ends[side]`.
-                let resends_judged = at.is_none_or(|a| a == state.ends[side].0);
-                stream.finish(&mut out, judge_order, resends_judged);
+            // The requests of `streams[side]` come from `ends[side]`.
+            let resends_judged = [0, 1].map(|side| at.is_none_or(|a| a == state.ends[side].0));
+            for (stream, judged) in state.streams.iter_mut().zip(resends_judged) {
+                stream.finish(&mut out, judge_order, judged);
             }
             conversations.push(Conversation {
                 number: i + 1,
@@ -761,6 +764,7 @@ impl Checker {
                 directions: [state.streams[0].counts, state.streams[1].counts],
                 started_late: state.streams.iter().any(|s| s.started_late),
                 order_judged: judge_order,
+                resends_judged,
                 cnps: state.cnps,
                 ecn_ce: state.ecn_ce,
             });
