@@ -361,6 +361,7 @@ impl Engine {
             sq_sig_all,
         )?;
         qp.rxe_compat = self.rxe_compat;
+        qp.rto_low = self.rto_low;
         if qp_type != QpType::Ud {
             qp.congestion = self.dcqcn.map(|p| {
                 Box::new(crate::dcqcn::QpCongestion::new(
