@@ -69,7 +69,10 @@ fn a_lost_tail_is_sent_again_after_the_low_timeout() {
         if !rto_low {
             assert!(again.is_empty(), "{again:?}");
             b.wait(Duration::from_millis(5));
-            assert!(b.sent().is_empty(), "the configured timer alone waits longer");
+            assert!(
+                b.sent().is_empty(),
+                "the configured timer alone waits longer"
+            );
             continue;
         }
         assert_eq!(again, [(Kind::WriteOnly, PSN + 1)]);
@@ -99,7 +102,11 @@ fn the_low_timer_runs_only_with_few_packets_unacknowledged() {
     assert!(b.node.qp.send.low_timer.is_some(), "three left");
     b.wait(Duration::from_micros(150));
     let again: Vec<_> = b.sent().iter().map(|s| s.psn).collect();
-    assert_eq!(again, [PSN + 2, PSN + 3, PSN + 4], "go-back from the oldest");
+    assert_eq!(
+        again,
+        [PSN + 2, PSN + 3, PSN + 4],
+        "go-back from the oldest"
+    );
 }
 
 /// A silent peer: the low timer sends copies with a doubling wait, but spends no retry; the
