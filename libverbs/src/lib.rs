@@ -46,6 +46,7 @@ pub mod device;
 pub mod mr;
 pub mod oob;
 pub mod qp_ex;
+pub mod srq;
 mod symbols;
 pub mod verbs;
 
