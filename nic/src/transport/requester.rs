@@ -327,14 +327,15 @@ pub fn probe(qp: &mut Qp, ctx: &mut Ctx<'_>) {
 /// (and a duplicate READ is answered in full again), so the probe waits out such stalls and
 /// still comes well before the timer.
 ///
-/// With the low timer (`rto_low`) on a QP that has lost packets, the probe comes after two
-/// round trips (at least [`RTO_LOW_FLOOR`]), as TCP's tail loss probe: a quiet line with
-/// losses behind it most likely means one more, and the duplicate a needless probe makes is
-/// what the low timer accepts anyway.
+/// With the low timer (`rto_low`) on a QP that has lost packets, the probe comes after the low
+/// timeout instead: its duplicates are what the low timer accepts anyway, and a quiet line
+/// with losses behind it is most likely one more.
 pub fn probe_interval(send: &SendState, timeout: u8, rto_low: bool) -> Option<Duration> {
     let t = retransmit_timeout(timeout)?;
-    if rto_low && send.window.probe_floor().is_some() && !send.srtt.is_zero() {
-        return Some((send.srtt * 2).max(RTO_LOW_FLOOR).min(t / 2));
+    if rto_low && send.window.probe_floor().is_some() {
+        if let Some(low) = self::rto_low(send, timeout) {
+            return Some(low.min(t / 2));
+        }
     }
     let floor = send.window.probe_floor().map_or(t / 4, |f| f.min(t / 4));
     Some((send.srtt * 4).max(floor).min(t / 2))
