@@ -105,7 +105,7 @@ pub struct Args {
     /// (RFC 6298's SRTT + 4 RTTVAR, at least 100 µs, at most the QP's timeout) instead of
     /// waiting for the QP's Local ACK Timeout; it spends no retry. A deviation from the IBTA's
     /// one timer: see docs/rxe-differences.md.
-    #[arg(long, value_name = "on|off", default_value = "off", value_parser = on_off)]
+    #[arg(long, value_name = "on|off", default_value = "off", value_parser = on_off, action = clap::ArgAction::Set)]
     rto_low: bool,
     /// The port's P_Key table, in hex: the partitions it belongs to, 0x8000 set for a full
     /// member (default 0xffff, full member of the default partition; 0x7fff is a limited member
