@@ -879,6 +879,7 @@ fn the_greetings_start_as_in_every_version() {
         nic: "nic0".into(),
         doorbell_word: word.fd().unwrap().try_clone_to_owned().unwrap(),
         doorbell: line.as_fd().try_clone_to_owned().unwrap(),
+        doorbell_qpns: 273,
     });
     let encoded = encode(&welcome).unwrap();
     assert_eq!(greeting_version(&encoded.bytes), Some(PROTOCOL_VERSION));
@@ -930,7 +931,7 @@ fn the_encoding_is_pinned_to_the_protocol_version() {
     }
     assert_eq!(
         (PROTOCOL_VERSION, hash),
-        (9, 0xd1c2_ce4c_17c0_a6b3),
+        (10, 0x6a42_f5df_dbd2_1d6f),
         "the control messages' encoding changed: give messages::PROTOCOL_VERSION a new number, \
          and pin it here with the new hash ({hash:#018x})"
     );
