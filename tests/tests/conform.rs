@@ -239,6 +239,17 @@ fn faulty_run(
     rounds: u64,
     options: [Options; 2],
 ) -> (Report, Report, roce_nic::counters::Snapshot) {
+    faulty_run_with(dir, faults, rounds, options, false)
+}
+
+/// [`faulty_run`], the NICs with IRN's low retransmission timer when `rto_low`.
+fn faulty_run_with(
+    dir: &tempfile::TempDir,
+    faults: &str,
+    rounds: u64,
+    options: [Options; 2],
+    rto_low: bool,
+) -> (Report, Report, roce_nic::counters::Snapshot) {
     let (pa, pb) = (dir.path().join("a.pcap"), dir.path().join("b.pcap"));
     let (sink_a, sink_b) = (
         PcapSink::create(&pa).unwrap(),
@@ -257,7 +268,10 @@ fn faulty_run(
         1 << 16,
         // Retries for ever (rxe's reading of retry_cnt 7): a run of unlucky losses must not
         // end the QP, what is judged is how it recovers.
-        |config| config.rxe_compat = true,
+        |config| {
+            config.rxe_compat = true;
+            config.rto_low = rto_low;
+        },
         |attr| {
             if attr.timeout.is_some() {
                 attr.timeout = Some(12);
@@ -437,4 +451,20 @@ fn our_nic_under_loss_and_reordering_follows_the_rules() {
     let seen = |r: &Report| r.conversations[0].directions[0];
     assert!(seen(&a).retransmitted > 0 && seen(&b).retransmitted > 0);
     assert!(!a.conversations[0].order_judged && !b.conversations[0].order_judged);
+}
+
+/// With IRN's low retransmission timer the requester goes back after shorter silences: to an
+/// observer that is a timeout like any other (it cannot know the timer), and both captures
+/// follow the rules as without it, the order rules included.
+#[test]
+fn our_nic_with_the_low_timer_under_loss_follows_the_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b, counters) =
+        faulty_run_with(&dir, "drop=0.03,seed=11", 150, at_each_nic(false), true);
+    assert!(
+        counters.retransmit_timeouts > 0 && counters.retransmitted_packets > 0,
+        "the low timer fired: {counters:?}"
+    );
+    assert_conformant(&a, &b, 11);
+    assert!(a.conversations[0].order_judged && b.conversations[0].order_judged);
 }

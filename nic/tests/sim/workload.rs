@@ -57,6 +57,8 @@ pub struct Case {
     pub max_rd_atomic: u8,
     /// B sends a mix of its own to A at the same time.
     pub both_ways: bool,
+    /// Both QPs run the low retransmission timer.
+    pub rto_low: bool,
 }
 
 impl Case {
@@ -81,7 +83,7 @@ impl fmt::Display for Case {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "seed={:#x},ops={},mtu={},psn={:#x},loss={},dup={},corrupt={},reorder={},rnr={},window={},rd={},both={}",
+            "seed={:#x},ops={},mtu={},psn={:#x},loss={},dup={},corrupt={},reorder={},rnr={},window={},rd={},both={},low={}",
             self.seed,
             self.ops,
             self.mtu.bytes(),
@@ -93,7 +95,8 @@ impl fmt::Display for Case {
             self.rnr,
             self.window,
             self.max_rd_atomic,
-            self.both_ways
+            self.both_ways,
+            self.rto_low
         )
     }
 }
@@ -115,6 +118,7 @@ impl FromStr for Case {
             window: 8,
             max_rd_atomic: 4,
             both_ways: false,
+            rto_low: false,
         };
         let int = |v: &str| -> Result<u64, String> {
             match v.strip_prefix("0x") {
@@ -141,6 +145,7 @@ impl FromStr for Case {
                 "window" => case.window = int(value)?.max(1) as usize,
                 "rd" => case.max_rd_atomic = int(value)?.clamp(1, 16) as u8,
                 "both" => case.both_ways = value == "true",
+                "low" => case.rto_low = value == "true",
                 _ => return Err(format!("unknown key {key}")),
             }
         }
@@ -564,6 +569,7 @@ pub fn run(case: &Case) -> Result<Outcome, String> {
         min_rnr_timer: 1,
         max_rd_atomic: case.max_rd_atomic,
         rxe_compat: true,
+        rto_low: case.rto_low,
     };
     // B's own PSNs start half the space away: both wrap in a long run.
     let b_psn = (case.psn + (1 << 23)) & 0xff_ffff;
