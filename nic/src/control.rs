@@ -162,6 +162,10 @@ pub enum Request {
         #[serde(with = "fields::socket_addr")]
         addr: SocketAddr,
     },
+    /// The host's CM event line ([`Response::CmEventLine`]): signalled whenever an event is
+    /// queued for it, so that a host waits for CM events on its own descriptor, not with a
+    /// [`Request::CmGetEvent`] that holds its control connection meanwhile.
+    CmEventLine,
 }
 
 /// What the device tells a host that opens it.
@@ -250,6 +254,11 @@ pub enum Response {
     /// A new RDMA CM ID (listening or connecting).
     CmId(u32),
     CmEvent(Box<CmEvent>),
+    /// The host's CM event line (one per host, the same at every ask).
+    CmEventLine {
+        #[serde(with = "fields::event_line")]
+        line: Arc<EventLine>,
+    },
 }
 
 /// Where the engine sends the answer to one request (sometimes later, e.g. once a TCP

@@ -212,6 +212,7 @@ fn requests() -> Vec<Request> {
         Request::CmListenUdp {
             addr: "10.0.0.1:7174".parse().unwrap(),
         },
+        Request::CmEventLine,
     ]
 }
 
@@ -313,6 +314,9 @@ fn answers() -> Vec<Response> {
         EventLine::new().unwrap(),
     ));
     all.push(qp_answer(Arc::new(Region::shared(65536).unwrap())));
+    all.push(Response::CmEventLine {
+        line: EventLine::new().unwrap(),
+    });
     all.push(Response::TcpStream {
         stream: UnixStream::pair().unwrap().0,
         peer: "10.0.0.2:18515".parse().unwrap(),
@@ -893,7 +897,7 @@ fn the_encoding_is_pinned_to_the_protocol_version() {
     }
     assert_eq!(
         (PROTOCOL_VERSION, hash),
-        (8, 0xf774_9dc2_cd27_0598),
+        (9, 0x7b1c_e1ea_80b6_804f),
         "the control messages' encoding changed: give messages::PROTOCOL_VERSION a new number, \
          and pin it here with the new hash ({hash:#018x})"
     );
