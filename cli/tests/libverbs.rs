@@ -337,21 +337,98 @@ fn rdma_cores_pingpongs_run_between_two_nics() {
 }
 
 #[test]
-fn what_our_nic_lacks_fails_cleanly() {
+fn ibv_srq_pingpong_runs_between_two_nics_and_against_roce_pingpong() {
     if !installed("ibv_srq_pingpong", "ibverbs-utils") {
         return;
     }
     let env = Env::new("lvsrq");
-    let (a, _b) = cabled_pair(&env, 64);
+    let (a, b) = cabled_pair(&env, 64);
     let _na = env.nic(&a);
-    // Shared receive queues: ibv_create_srq answers NULL with EOPNOTSUPP.
-    let done = run(&env, Some(&a.name), &["ibv_srq_pingpong", "-g", "1"]);
-    assert_eq!(done.status.code(), Some(1), "{}", done.stderr);
+    let _nb = env.nic(&b);
+    // Two unmodified programs, each QP's receives taken from one shared receive queue.
+    for (i, common) in [
+        ["-g", "1", "-n", "200", "-q", "16", "-s", "4096"],
+        ["-g", "1", "-n", "100", "-q", "4", "-s", "10000"],
+    ]
+    .iter()
+    .enumerate()
+    {
+        let port = (18650 + i).to_string();
+        let args = [&["ibv_srq_pingpong"][..], &common[..], &["-p", &port]].concat();
+        let [server, client] = pingpong(&env, &b.name, &a.name, "10.64.0.2", &args);
+        let want: u64 = common[3].parse().unwrap();
+        for out in [&server, &client] {
+            assert_eq!(iters(out), want, "{args:?}: {out}");
+        }
+        assert!(client.contains("GID ::ffff:10.64.0.2"), "{client}");
+    }
+    let common = ["-g", "1", "-n", "100", "-q", "8", "-s", "2048"];
+    // roce pingpong srq serves; Debian's connects under roce run.
+    let mut ours = env.spawn(
+        &[
+            &["pingpong", "srq", "--nic", &b.name, "-p", "18660"][..],
+            &common,
+        ]
+        .concat()
+        .into_iter()
+        .map(str::to_owned)
+        .collect::<Vec<_>>(),
+        false,
+    );
+    let deadline = Instant::now() + PATIENCE;
+    let theirs = loop {
+        let args = [
+            &["ibv_srq_pingpong"][..],
+            &common,
+            &["-p", "18660", "10.64.0.2"],
+        ]
+        .concat();
+        let done = run(&env, Some(&a.name), &args);
+        if done.status.success() {
+            break done.stdout;
+        }
+        assert!(
+            done.stderr.contains("Couldn't connect") && Instant::now() < deadline,
+            "ibv_srq_pingpong against roce pingpong srq: {}{}",
+            done.stdout,
+            done.stderr
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(ours.wait(PATIENCE).success(), "{}", ours.stderr());
+    assert_eq!(iters(&theirs), 100, "{theirs}");
+    assert!(ours.drain_stdout().contains("verified: "));
+    // Debian's serves under roce run; roce pingpong srq connects.
+    let mut server = start(
+        &env,
+        &b.name,
+        &[&["ibv_srq_pingpong"][..], &common, &["-p", "18661"]].concat(),
+    );
+    let done = env.run(
+        &[
+            &[
+                "pingpong",
+                "srq",
+                "--nic",
+                &a.name,
+                "-p",
+                "18661",
+                "--connect-retry",
+                "20",
+            ][..],
+            &common,
+            &["10.64.0.2"],
+        ]
+        .concat(),
+    );
     assert!(
-        done.stderr.contains("Couldn't create SRQ"),
-        "{}",
+        done.status.success(),
+        "roce pingpong srq against ibv_srq_pingpong: {}",
         done.stderr
     );
+    assert!(done.stdout.contains("verified: "), "{}", done.stdout);
+    assert!(server.wait(PATIENCE).success(), "{}", server.stderr());
+    assert_eq!(iters(&server.drain_stdout()), 100);
 }
 
 /// Builds examples/c/rdma_write.c with the system's verbs header and library, as a user
@@ -849,4 +926,67 @@ fn bad_use_from_c_gets_libibverbs_errors_and_never_crashes() {
     let info = env.run(&["host", "info", "--nic", &b.name]);
     assert!(info.status.success(), "{}", info.stderr);
     drop(nb);
+}
+
+#[test]
+fn shared_receive_queues_from_c_answer_as_libibverbs_does() {
+    if !installed("gcc", "gcc") {
+        return;
+    }
+    if !std::path::Path::new("/usr/include/infiniband/verbs.h").exists() {
+        roce_tests::skip("libibverbs-dev is not installed (no infiniband/verbs.h)");
+        return;
+    }
+    let env = Env::new("lvsrqc");
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/srq_use.c");
+    let exe = env.dir.join("srq_use");
+    let built = Command::new("gcc")
+        .args(["-Wall", "-Wextra", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .arg("-libverbs")
+        .output()
+        .unwrap();
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let (a, _b) = cabled_pair(&env, 71);
+    let _na = env.nic(&a);
+    let done = run(&env, Some(&a.name), &[exe.to_str().unwrap()]);
+    assert!(done.status.success(), "{}{}", done.stdout, done.stderr);
+    let cases: Vec<(&str, &str)> = done
+        .stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("CASE ")?.split_once(": "))
+        .collect();
+    let expected = [
+        ("query_device", "ok"),
+        ("max_srq nonzero", "yes"),
+        ("create_srq_ex", "ok"),
+        ("granted max_wr at least 100", "yes"),
+        ("create_srq too large", "Invalid argument"),
+        ("modify_srq limit", "ok"),
+        ("query_srq", "ok"),
+        ("limit armed", "10"),
+        ("modify_srq resize", "Invalid argument"),
+        ("modify_srq limit above size", "Invalid argument"),
+        ("create_qp with srq", "ok"),
+        ("query_qp", "ok"),
+        ("query_qp names the srq", "yes"),
+        ("post_srq_recv", "ok"),
+        ("post_srq_recv two entries", "Invalid argument"),
+        ("bad names the request", "yes"),
+        ("post_recv on a QP with an srq", "Invalid argument"),
+        ("destroy_srq in use", "Device or resource busy"),
+        ("destroy_qp", "ok"),
+        ("dealloc_pd with an srq", "Device or resource busy"),
+        ("destroy_srq", "ok"),
+        ("dereg_mr", "ok"),
+        ("destroy_cq", "ok"),
+        ("dealloc_pd", "ok"),
+        ("close_device", "ok"),
+    ];
+    assert_eq!(cases, expected, "\n{}", done.stderr);
 }

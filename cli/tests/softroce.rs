@@ -55,6 +55,7 @@ fn pingpongs_at_path_mtu_1024() {
                 (Pingpong("rc"), "-n 100 -s 1024 -N"),
                 (Pingpong("uc"), "-n 100 -s 4096 -c"),
                 (Pingpong("ud"), "-n 100 -s 1024 -c"),
+                (Pingpong("srq"), "-n 200 -s 4096 -q 16"),
             ]
             .into_iter()
             .flat_map(|(kind, args)| Scenario::unmodified_both_ways(kind, args)),

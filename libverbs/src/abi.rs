@@ -34,7 +34,9 @@ pub struct ibv_context_ops {
     pub poll_cq: Option<unsafe extern "C" fn(*mut ibv_cq, c_int, *mut ibv_wc) -> c_int>,
     pub req_notify_cq: Option<unsafe extern "C" fn(*mut ibv_cq, c_int) -> c_int>,
     pub _compat_cq: [Fn; 7],
-    pub post_srq_recv: Fn,
+    pub post_srq_recv: Option<
+        unsafe extern "C" fn(*mut ibv_srq, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int,
+    >,
     pub _compat_qp: [Fn; 4],
     pub post_send:
         Option<unsafe extern "C" fn(*mut ibv_qp, *mut ibv_send_wr, *mut *mut ibv_send_wr) -> c_int>,
@@ -197,6 +199,39 @@ pub struct ibv_cq {
 }
 
 #[repr(C)]
+pub struct ibv_srq {
+    pub context: *mut ibv_context,
+    pub srq_context: *mut c_void,
+    pub pd: *mut ibv_pd,
+    pub handle: u32,
+    pub mutex: libc::pthread_mutex_t,
+    pub cond: libc::pthread_cond_t,
+    pub events_completed: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_srq_attr {
+    pub max_wr: u32,
+    pub max_sge: u32,
+    pub srq_limit: u32,
+}
+
+/// `struct ibv_srq_init_attr` (also the start of `ibv_srq_init_attr_ex`, which the inline
+/// `ibv_create_srq_ex` passes to `ibv_create_srq` for a basic SRQ).
+#[repr(C)]
+pub struct ibv_srq_init_attr {
+    pub srq_context: *mut c_void,
+    pub attr: ibv_srq_attr,
+}
+
+/// `enum ibv_srq_attr_mask`.
+pub mod srq_mask {
+    pub const MAX_WR: i32 = 1 << 0;
+    pub const LIMIT: i32 = 1 << 1;
+}
+
+#[repr(C)]
 pub struct ibv_ah {
     pub context: *mut ibv_context,
     pub pd: *mut ibv_pd,
@@ -220,7 +255,7 @@ pub struct ibv_qp {
     pub pd: *mut ibv_pd,
     pub send_cq: *mut ibv_cq,
     pub recv_cq: *mut ibv_cq,
-    pub srq: *mut c_void,
+    pub srq: *mut ibv_srq,
     pub handle: u32,
     pub qp_num: u32,
     pub state: c_int,
@@ -355,7 +390,7 @@ pub struct ibv_qp_init_attr {
     pub qp_context: *mut c_void,
     pub send_cq: *mut ibv_cq,
     pub recv_cq: *mut ibv_cq,
-    pub srq: *mut c_void,
+    pub srq: *mut ibv_srq,
     pub cap: ibv_qp_cap,
     pub qp_type: c_int,
     pub sq_sig_all: c_int,
@@ -366,7 +401,7 @@ pub struct ibv_qp_init_attr_ex {
     pub qp_context: *mut c_void,
     pub send_cq: *mut ibv_cq,
     pub recv_cq: *mut ibv_cq,
-    pub srq: *mut c_void,
+    pub srq: *mut ibv_srq,
     pub cap: ibv_qp_cap,
     pub qp_type: c_int,
     pub sq_sig_all: c_int,
@@ -493,6 +528,28 @@ pub fn layout() -> Vec<(&'static str, usize)> {
         (
             "offsetof(struct ibv_context, ops.post_send)",
             offset_of!(ibv_context, ops) + offset_of!(ibv_context_ops, post_send),
+        ),
+        (
+            "offsetof(struct ibv_context, ops.post_srq_recv)",
+            offset_of!(ibv_context, ops) + offset_of!(ibv_context_ops, post_srq_recv),
+        ),
+        ("sizeof(struct ibv_srq)", size_of::<ibv_srq>()),
+        (
+            "offsetof(struct ibv_srq, handle)",
+            offset_of!(ibv_srq, handle),
+        ),
+        (
+            "offsetof(struct ibv_srq, events_completed)",
+            offset_of!(ibv_srq, events_completed),
+        ),
+        ("sizeof(struct ibv_srq_attr)", size_of::<ibv_srq_attr>()),
+        (
+            "offsetof(struct ibv_srq_init_attr, attr)",
+            offset_of!(ibv_srq_init_attr, attr),
+        ),
+        (
+            "offsetof(struct ibv_srq_init_attr_ex, attr)",
+            offset_of!(ibv_srq_init_attr, attr),
         ),
         (
             "offsetof(struct ibv_context, ops.post_recv)",

@@ -323,6 +323,9 @@ pub unsafe extern "C" fn roce_ibv_query_device(
         a.max_qp_init_rd_atom = c_int::from(info.max_qp_rd_atom);
         a.atomic_cap = 1; // IBV_ATOMIC_HCA
         a.max_ah = clamp(l.max_ah);
+        a.max_srq = clamp(l.max_srq);
+        a.max_srq_wr = clamp(l.max_qp_wr);
+        a.max_srq_sge = clamp(l.max_sge);
         a.max_pkeys = info.pkeys.len() as u16;
         a.local_ca_ack_delay = 15;
         a.phys_port_cnt = 1;

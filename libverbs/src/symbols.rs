@@ -10,7 +10,7 @@ use crate::set_errno;
 versions! {
     "IBVERBS_1.1": [
         ibv_wc_status_str, ibv_fork_init, ibv_dontfork_range, ibv_dofork_range,
-        ibv_get_async_event, ibv_ack_async_event, ibv_create_srq, ibv_destroy_srq,
+        ibv_get_async_event, ibv_ack_async_event,
         ibv_attach_mcast, ibv_detach_mcast, ibv_create_ah_from_wc, ibv_resolve_eth_l2_from_gid,
         ibv_node_type_str, ibv_port_state_str, ibv_event_type_str,
     ]
@@ -184,18 +184,6 @@ pub extern "C" fn roce_ibv_get_async_event(_ctx: *mut c_void, _event: *mut c_voi
 
 #[no_mangle]
 pub extern "C" fn roce_ibv_ack_async_event(_event: *mut c_void) {}
-
-/// `ibv_create_srq`: shared receive queues are not in our NIC: NULL with EOPNOTSUPP.
-#[no_mangle]
-pub extern "C" fn roce_ibv_create_srq(_pd: *mut c_void, _attr: *mut c_void) -> *mut c_void {
-    set_errno(libc::EOPNOTSUPP);
-    std::ptr::null_mut()
-}
-
-#[no_mangle]
-pub extern "C" fn roce_ibv_destroy_srq(_srq: *mut c_void) -> c_int {
-    libc::EINVAL
-}
 
 #[no_mangle]
 pub extern "C" fn roce_ibv_attach_mcast(_qp: *mut c_void, _gid: *const c_void, _lid: u16) -> c_int {

@@ -34,6 +34,7 @@ pub(crate) fn fill_ops(ops: &mut ibv_context_ops) {
     ops.req_notify_cq = Some(req_notify_cq);
     ops.post_send = Some(post_send);
     ops.post_recv = Some(post_recv);
+    ops.post_srq_recv = Some(crate::srq::post_srq_recv);
 }
 
 fn null_with<T>(errno: c_int) -> *mut T {
@@ -58,21 +59,6 @@ impl Users {
     pub fn any(&self) -> bool {
         self.0.load(Ordering::SeqCst) != 0
     }
-}
-
-/// `from_ptr` for a Rust object whose first field is the C object the program holds.
-macro_rules! c_object {
-    ($rust:ident: $c:ident, made by $maker:literal) => {
-        impl $rust {
-            /// # Safety
-            #[doc = concat!("`ptr` must come from ", $maker, " and not be destroyed.")]
-            pub unsafe fn from_ptr<'a>(ptr: *mut $c) -> &'a $rust {
-                // SAFETY: the C object is the first field of the repr(C) Rust one (the
-                // caller's promise).
-                unsafe { &*(ptr as *const $rust) }
-            }
-        }
-    };
 }
 
 #[repr(C)]
@@ -419,10 +405,6 @@ unsafe fn create_qp_common(
     if pd.is_null() || attr.send_cq.is_null() || attr.recv_cq.is_null() {
         return null_with(libc::EINVAL);
     }
-    if !attr.srq.is_null() {
-        // Shared receive queues are not in our NIC yet.
-        return null_with(libc::EOPNOTSUPP);
-    }
     let Some(qp_type) = qp_type_of(attr.qp_type) else {
         return null_with(libc::EOPNOTSUPP);
     };
@@ -441,7 +423,14 @@ unsafe fn create_qp_common(
         max_recv_sge: attr.cap.max_recv_sge.max(1),
         max_inline_data: attr.cap.max_inline_data,
     };
-    let inner = match p.inner.create_qp(qp_type, &scq.inner, &rcq.inner, cap) {
+    let created = if attr.srq.is_null() {
+        p.inner.create_qp(qp_type, &scq.inner, &rcq.inner, cap)
+    } else {
+        // SAFETY: the program's SRQ came from this library.
+        let srq = unsafe { crate::srq::Srq::from_ptr(attr.srq) };
+        srq.create_qp(p, qp_type, scq, rcq, cap)
+    };
+    let inner = match created {
         Ok(qp) => qp,
         Err(e) => return null_with(fail("ibv_create_qp", &e)),
     };
@@ -462,6 +451,7 @@ unsafe fn create_qp_common(
     q.pd = pd;
     q.send_cq = attr.send_cq;
     q.recv_cq = attr.recv_cq;
+    q.srq = attr.srq;
     q.handle = inner.qp_num();
     q.qp_num = inner.qp_num();
     q.state = QpState::Reset as c_int;
@@ -568,9 +558,14 @@ pub(crate) unsafe fn destroy_qp(qp: *mut ibv_qp) -> c_int {
                 &Cq::from_ptr(base.recv_cq).users,
             ]
         };
+        let srq = base.srq;
         drop(qp);
         for users in users {
             users.remove();
+        }
+        if !srq.is_null() {
+            // SAFETY: a QP's SRQ outlives it (its destroy answers EBUSY until then).
+            unsafe { crate::srq::Srq::from_ptr(srq) }.users.remove();
         }
         0
     })
@@ -742,7 +737,7 @@ pub unsafe extern "C" fn roce_ibv_query_qp(
             i.qp_context = base.qp_context;
             i.send_cq = base.send_cq;
             i.recv_cq = base.recv_cq;
-            i.srq = ptr::null_mut();
+            i.srq = base.srq;
             i.cap = a.cap;
             i.qp_type = base.qp_type;
             i.sq_sig_all = c_int::from(q.sq_sig_all);
@@ -889,7 +884,7 @@ unsafe extern "C" fn post_send(
 /// `ibv_post_recv` (through `context->ops`).
 unsafe extern "C" fn post_recv(
     qp: *mut ibv_qp,
-    mut wr: *mut ibv_recv_wr,
+    wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
 ) -> c_int {
     if qp.is_null() {
@@ -897,6 +892,21 @@ unsafe extern "C" fn post_recv(
     }
     // SAFETY: the program's QP.
     let q = unsafe { Qp::from_ptr(qp) };
+    // SAFETY: the program's list of work requests (the caller's promise).
+    unsafe { post_recv_list(wr, bad, "ibv_post_recv", |one| q.inner.post_recv(&[one])) }
+}
+
+/// Posts a C list of receive work requests one by one with `post`; on a failure, `*bad` names
+/// the request that failed (those before it are posted).
+///
+/// # Safety
+/// `wr` must be NULL or a valid list of `ibv_recv_wr`, `bad` NULL or writable.
+pub(crate) unsafe fn post_recv_list(
+    mut wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+    what: &str,
+    post: impl std::ops::Fn(RecvWr<'_>) -> Result<(), roce_nic::verbs::VerbsError>,
+) -> c_int {
     while !wr.is_null() {
         // SAFETY: the program's list of work requests.
         let w = unsafe { &*wr };
@@ -925,8 +935,8 @@ unsafe extern "C" fn post_recv(
             wr_id: w.wr_id,
             sg_list: &sges[..n],
         };
-        if let Err(e) = q.inner.post_recv(&[one]) {
-            return fail_with(fail("ibv_post_recv", &e));
+        if let Err(e) = post(one) {
+            return fail_with(fail(what, &e));
         }
         wr = w.next;
     }

@@ -17,6 +17,7 @@ use crate::cq::EventLine;
 use crate::error::VerbsError;
 use crate::host::codec::fields;
 use crate::ring::Geometry;
+use crate::srq::SrqAttr;
 use crate::types::{AddressVector, Gid, Mtu, QpAttr, QpCap, QpType};
 
 /// Identifies one host program (one opened context) to the engine.
@@ -162,6 +163,39 @@ pub enum Request {
         #[serde(with = "fields::socket_addr")]
         addr: SocketAddr,
     },
+    /// A shared receive queue in protection domain `pd` holding at least `max_wr` receive
+    /// requests of at most `max_sge` entries; answered with [`Response::Srq`]. Its limit
+    /// event starts disarmed (IBTA: the limit is set by a modify).
+    CreateSrq {
+        pd: u32,
+        max_wr: u32,
+        max_sge: u32,
+    },
+    /// Arms the limit event of shared receive queue `srq` at `srq_limit` posted requests
+    /// (0 disarms it).
+    ModifySrq {
+        srq: u32,
+        srq_limit: u32,
+    },
+    /// The attributes of shared receive queue `srq` ([`Response::SrqAttr`]).
+    QuerySrq {
+        srq: u32,
+    },
+    /// Destroys shared receive queue `srq` (busy while a QP takes from it).
+    DestroySrq {
+        srq: u32,
+    },
+    /// As [`Request::CreateQp`], for a QP that takes its receives from shared receive queue
+    /// `srq` of the same protection domain (the receive sizes of `cap` are the SRQ's).
+    CreateQpWithSrq {
+        pd: u32,
+        qp_type: QpType,
+        send_cq: u32,
+        recv_cq: u32,
+        srq: u32,
+        cap: QpCap,
+        sq_sig_all: bool,
+    },
     /// The host's CM event line ([`Response::CmEventLine`]): signalled whenever an event is
     /// queued for it, so that a host waits for CM events on its own descriptor, not with a
     /// [`Request::CmGetEvent`] that holds its control connection meanwhile.
@@ -254,6 +288,14 @@ pub enum Response {
     /// A new RDMA CM ID (listening or connecting).
     CmId(u32),
     CmEvent(Box<CmEvent>),
+    /// A new shared receive queue: its number, its attributes and the ring the host posts
+    /// receive requests into.
+    Srq {
+        srq: u32,
+        attr: SrqAttr,
+        ring: RingMap,
+    },
+    SrqAttr(SrqAttr),
     /// The host's CM event line (one per host, the same at every ask).
     CmEventLine {
         #[serde(with = "fields::event_line")]

@@ -57,6 +57,8 @@ counters! {
     rx_bad_pkey: "packets dropped because their P_Key does not match the QP's (another partition, or both limited members)",
     rx_qkey_mismatch: "UD datagrams dropped for a wrong Q_Key",
     rx_no_receive: "UC/UD messages dropped because no receive was posted",
+    malformed_receives: "receive requests a host posted malformed (completed with a local length error)",
+    srq_limit_events: "SRQ limit events (a take left fewer receives posted than the armed limit)",
     rx_duplicates: "duplicate request packets (re-acknowledged, never re-executed)",
     rx_out_of_sequence: "request packets ahead of the expected PSN",
     rx_stale_responses: "responses for PSNs already acknowledged, or unexpected",

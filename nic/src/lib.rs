@@ -32,6 +32,7 @@ pub mod pkey;
 pub mod port;
 pub mod qp;
 pub mod ring;
+pub mod srq;
 pub mod testbed;
 pub mod transport;
 pub mod types;

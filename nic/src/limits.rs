@@ -20,6 +20,8 @@ pub struct Limits {
     pub max_mr: u64,
     pub max_pd: u64,
     pub max_ah: u64,
+    /// Shared receive queues.
+    pub max_srq: u64,
     /// Entries of one completion queue.
     pub max_cqe: u64,
     /// Work requests of one send or receive queue.
@@ -39,6 +41,7 @@ pub struct Limits {
     pub host_max_mr: u64,
     pub host_max_pd: u64,
     pub host_max_ah: u64,
+    pub host_max_srq: u64,
     /// Bytes of rings one host's objects take.
     pub host_max_shm: u64,
     pub host_max_connections: u64,
@@ -56,6 +59,7 @@ impl Default for Limits {
             max_mr: 4096,
             max_pd: 1024,
             max_ah: 4096,
+            max_srq: 256,
             max_cqe: u64::from(MAX_CQE),
             max_qp_wr: u64::from(MAX_QP_WR),
             max_sge: u64::from(MAX_SGE),
@@ -68,6 +72,7 @@ impl Default for Limits {
             host_max_mr: 1024,
             host_max_pd: 256,
             host_max_ah: 1024,
+            host_max_srq: 64,
             host_max_shm: 256 << 20,
             host_max_connections: 8,
             host_max_contexts: 32,
@@ -94,6 +99,7 @@ macro_rules! fields {
             ("max_mr", $f!($self.max_mr)),
             ("max_pd", $f!($self.max_pd)),
             ("max_ah", $f!($self.max_ah)),
+            ("max_srq", $f!($self.max_srq)),
             ("max_cqe", $f!($self.max_cqe)),
             ("max_qp_wr", $f!($self.max_qp_wr)),
             ("max_sge", $f!($self.max_sge)),
@@ -106,6 +112,7 @@ macro_rules! fields {
             ("host_max_mr", $f!($self.host_max_mr)),
             ("host_max_pd", $f!($self.host_max_pd)),
             ("host_max_ah", $f!($self.host_max_ah)),
+            ("host_max_srq", $f!($self.host_max_srq)),
             ("host_max_shm", $f!($self.host_max_shm)),
             ("host_max_connections", $f!($self.host_max_connections)),
             ("host_max_contexts", $f!($self.host_max_contexts)),

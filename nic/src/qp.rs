@@ -11,6 +11,7 @@ use roce_wire::EthernetAddress;
 
 use crate::pkey::{self, PKeyTable};
 use crate::ring::{Consumer, Geometry, Ring, RingError};
+use crate::srq::SharedSrq;
 use crate::transport::recv_queue::RecvQueue;
 use crate::transport::requester::SendState;
 use crate::transport::responder::{self, RecvState};
@@ -255,6 +256,9 @@ pub struct Qp {
     pub p_key: u16,
     /// DCQCN's two ends for this QP, when the NIC runs it (connected QPs only).
     pub congestion: Option<Box<crate::dcqcn::QpCongestion>>,
+    /// The shared receive queue the QP takes its receives from, when it has one: then its own
+    /// receive ring is never read (what a host writes there is ignored).
+    pub srq: Option<SharedSrq>,
     rings: Rings,
 }
 
@@ -317,6 +321,7 @@ impl Qp {
             rxe_compat: false,
             p_key: pkey::DEFAULT,
             congestion: None,
+            srq: None,
             rings: Rings {
                 region: rings,
                 geometry: (sq_geometry, rq_geometry),
@@ -349,7 +354,11 @@ impl Qp {
     }
 
     /// Copies newly posted receive requests out of the ring (engine side). Returns how many.
+    /// A QP with a shared receive queue has none of its own to fetch.
     pub fn fetch_receives(&mut self) -> u32 {
+        if self.srq.is_some() {
+            return 0;
+        }
         let r = &mut self.rings;
         let mut n = 0;
         while !self.rq.is_full() && r.rq.next(&mut r.slot) {
@@ -374,9 +383,14 @@ impl Qp {
             || self.deadline().is_some()
     }
 
-    /// Requests posted to the rings and not yet fetched.
+    /// Requests posted to the rings and not yet fetched (a QP with a shared receive queue reads
+    /// no receive ring of its own).
     pub fn unfetched(&self) -> u32 {
-        self.rings.sq.available() + self.rings.rq.available()
+        let rq = match self.srq {
+            Some(_) => 0,
+            None => self.rings.rq.available(),
+        };
+        self.rings.sq.available() + rq
     }
 
     /// Gives the host back the ring slots of the requests the transport is done with: send

@@ -5,6 +5,7 @@
 use super::Engine;
 use crate::control::ClientId;
 use crate::error::VerbsError;
+use crate::srq;
 
 /// The kinds of object a host creates.
 #[derive(Debug, Clone, Copy)]
@@ -14,6 +15,7 @@ pub(super) enum Object {
     Mr,
     Pd,
     Ah,
+    Srq,
 }
 
 impl Engine {
@@ -32,6 +34,7 @@ impl Engine {
             Object::Mr => ("memory registrations", l.max_mr, l.host_max_mr),
             Object::Pd => ("protection domains", l.max_pd, l.host_max_pd),
             Object::Ah => ("address handles", l.max_ah, l.host_max_ah),
+            Object::Srq => ("shared receive queues", l.max_srq, l.host_max_srq),
         };
         let full = |what, scope, limit| VerbsError::LimitReached { what, scope, limit };
         if self.count(object, |_| true) >= nic_max {
@@ -59,11 +62,16 @@ impl Engine {
             Object::Mr => self.mr_owners.values().filter(|o| owned(**o)).count(),
             Object::Pd => self.pds.values().filter(|(_, o)| owned(*o)).count(),
             Object::Ah => self.ah_owners.values().filter(|(o, _)| owned(*o)).count(),
+            Object::Srq => self
+                .srqs
+                .values()
+                .filter(|s| owned(srq::lock(s).owner))
+                .count(),
         };
         n as u64
     }
 
-    /// Bytes of the rings of the QPs and CQs `owned` says are counted.
+    /// Bytes of the rings of the QPs, CQs and SRQs `owned` says are counted.
     fn ring_bytes(&self, owned: impl Fn(ClientId) -> bool) -> u64 {
         let qps = self
             .qps
@@ -75,6 +83,10 @@ impl Engine {
             .iter()
             .filter(|c| owned(c.owner))
             .map(|c| c.ring().region().len() as u64);
-        qps.chain(cqs).sum()
+        let srqs = self.srqs.values().filter_map(|s| {
+            let s = srq::lock(s);
+            owned(s.owner).then(|| s.ring().0.len() as u64)
+        });
+        qps.chain(cqs).chain(srqs).sum()
     }
 }

@@ -9,6 +9,7 @@ mod neighbours;
 pub(crate) mod objects;
 mod qp_table;
 mod rx;
+mod srqs;
 
 pub use cm::DEFAULT_RESPONSE_TIMEOUT as CM_RESPONSE_TIMEOUT;
 use qp_table::{ActiveQps, QpTable};
@@ -79,6 +80,9 @@ pub(crate) struct Engine {
     /// QP's domain (and so of its own host).
     ah_pds: HashMap<u32, PdId>,
     next_ah: u32,
+    /// Shared receive queues by number; their QPs hold them too.
+    srqs: HashMap<u32, crate::srq::SharedSrq>,
+    next_srq: u32,
     counters: Arc<Counters>,
     rings: RingMemory,
     rxe_compat: bool,
@@ -158,6 +162,8 @@ impl Engine {
             ah_owners: HashMap::new(),
             ah_pds: HashMap::new(),
             next_ah: 1,
+            srqs: HashMap::new(),
+            next_srq: 1,
             counters: setup.counters,
             rings: setup.rings,
             rxe_compat: setup.rxe_compat,

@@ -16,6 +16,7 @@ use crate::error::VerbsError;
 use crate::pkey;
 use crate::qp::{ring_layout, Qp, MAX_RD_ATOMIC};
 use crate::ring::{Geometry, Ring};
+use crate::srq;
 use crate::transport::{udp_src_port, Event, Path};
 use crate::types::{QpAttr, QpCap, QpState, QpType};
 use crate::wqe::CQE_SIZE;
@@ -47,7 +48,7 @@ impl Engine {
     }
 
     /// Bytes of shared memory `bytes` of rings cost (private rings are the NIC's own memory).
-    fn shm_cost(&self, bytes: usize) -> u64 {
+    pub(super) fn shm_cost(&self, bytes: usize) -> u64 {
         match self.rings {
             RingMemory::Private => 0,
             RingMemory::Shared { .. } => bytes as u64,
@@ -79,6 +80,11 @@ impl Engine {
                 // As ibv_dealloc_pd: EBUSY while anything still uses the domain.
                 if self.qps.iter().any(|qp| qp.pd == id) {
                     return Err(VerbsError::Busy("the protection domain (a QP uses it)"));
+                }
+                if self.srqs.values().any(|s| srq::lock(s).pd == id) {
+                    return Err(VerbsError::Busy(
+                        "the protection domain (a shared receive queue uses it)",
+                    ));
                 }
                 if self.ah_pds.values().any(|ah_pd| *ah_pd == id) {
                     return Err(VerbsError::Busy(
@@ -151,14 +157,43 @@ impl Engine {
                 cap,
                 sq_sig_all,
             } => self.create_qp(
-                client, pd, qp_type, send_cq, recv_cq, cap, sq_sig_all, false,
+                client, pd, qp_type, send_cq, recv_cq, cap, sq_sig_all, None, false,
+            ),
+            Request::CreateQpWithSrq {
+                pd,
+                qp_type,
+                send_cq,
+                recv_cq,
+                srq,
+                cap,
+                sq_sig_all,
+            } => self.create_qp(
+                client,
+                pd,
+                qp_type,
+                send_cq,
+                recv_cq,
+                cap,
+                sq_sig_all,
+                Some(srq),
+                false,
             ),
             Request::OpenGsi {
                 pd,
                 send_cq,
                 recv_cq,
                 cap,
-            } => self.create_qp(client, pd, QpType::Ud, send_cq, recv_cq, cap, false, true),
+            } => self.create_qp(
+                client,
+                pd,
+                QpType::Ud,
+                send_cq,
+                recv_cq,
+                cap,
+                false,
+                None,
+                true,
+            ),
             Request::ModifyQp { qpn, attr } => {
                 self.qp(client, qpn)?;
                 let port = self.port.clone();
@@ -247,10 +282,23 @@ impl Engine {
             Request::CmGetEvent { .. } => Err(VerbsError::Invalid(
                 "a CM event wait is answered by the CM agent".into(),
             )),
+            Request::CreateSrq {
+                pd,
+                max_wr,
+                max_sge,
+            } => self.create_srq(client, pd, max_wr, max_sge),
+            Request::ModifySrq { srq, srq_limit } => {
+                srq::lock(&self.srq(client, srq)?).set_limit(srq_limit)?;
+                Ok(Response::Done)
+            }
+            Request::QuerySrq { srq } => {
+                Ok(Response::SrqAttr(srq::lock(&self.srq(client, srq)?).attr()))
+            }
+            Request::DestroySrq { srq } => self.destroy_srq(client, srq),
         }
     }
 
-    fn pd(&self, client: ClientId, pd: u32) -> Result<roce_hostmem::PdId, VerbsError> {
+    pub(super) fn pd(&self, client: ClientId, pd: u32) -> Result<roce_hostmem::PdId, VerbsError> {
         match self.pds.get(&pd) {
             Some((id, owner)) if *owner == client => Ok(*id),
             _ => Err(none("protection domain", pd)),
@@ -273,7 +321,7 @@ impl Engine {
 
     /// Memory for a new ring set: private, or a sealed memfd whose descriptor goes to a host in
     /// another process (nothing in /dev/shm to leave behind, plant or shrink).
-    fn ring_region(&self, what: &str, size: usize) -> Result<Arc<Region>, VerbsError> {
+    pub(super) fn ring_region(&self, what: &str, size: usize) -> Result<Arc<Region>, VerbsError> {
         Ok(Arc::new(match &self.rings {
             RingMemory::Private => Region::anonymous(size)?,
             RingMemory::Shared { prefix } => {
@@ -313,11 +361,26 @@ impl Engine {
         recv_cq: u32,
         cap: QpCap,
         sq_sig_all: bool,
+        srq: Option<u32>,
         gsi: bool,
     ) -> Result<Response, VerbsError> {
         let pd_id = self.pd(client, pd)?;
         self.cq(client, send_cq)?;
         self.cq(client, recv_cq)?;
+        let srq = match srq {
+            Some(srqn) => Some(self.srq_of_pd(client, srqn, pd_id)?),
+            None => None,
+        };
+        // A QP with a shared receive queue has a receive ring of one slot that nobody reads;
+        // its receives are sized by the SRQ.
+        let cap = match &srq {
+            Some(s) => QpCap {
+                max_recv_wr: 1,
+                max_recv_sge: srq::lock(s).max_sge(),
+                ..cap
+            },
+            None => cap,
+        };
         let l = &self.limits;
         let limits = [
             ("max_send_wr", cap.max_send_wr, l.max_qp_wr),
@@ -362,6 +425,8 @@ impl Engine {
             sq_sig_all,
         )?;
         qp.rxe_compat = self.rxe_compat;
+        let with_srq = srq.is_some();
+        qp.srq = srq;
         if qp_type != QpType::Ud {
             qp.congestion = self.dcqcn.map(|p| {
                 Box::new(crate::dcqcn::QpCongestion::new(
@@ -374,10 +439,19 @@ impl Engine {
         if qp_type == QpType::Ud {
             qp.attrs.path_mtu = self.port.max_mtu;
         }
-        let actual = QpCap {
-            max_send_wr: sq.capacity,
-            max_recv_wr: rq.capacity,
-            ..cap
+        let actual = match with_srq {
+            false => QpCap {
+                max_send_wr: sq.capacity,
+                max_recv_wr: rq.capacity,
+                ..cap
+            },
+            // No receive queue of its own: nothing to post to.
+            true => QpCap {
+                max_send_wr: sq.capacity,
+                max_recv_wr: 0,
+                max_recv_sge: 0,
+                ..cap
+            },
         };
         if qpn == GSI_QPN {
             // The GSI is ready at once, with the well-known Q_Key.
@@ -447,6 +521,7 @@ impl Engine {
         for qpn in qpns {
             self.destroy_qp(qpn);
         }
+        self.srqs.retain(|_, s| srq::lock(s).owner != client);
         let cqns: Vec<u32> = self
             .cqs
             .iter()

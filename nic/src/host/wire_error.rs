@@ -60,7 +60,7 @@ const IO_KINDS: [io::ErrorKind; 14] = [
 ];
 
 /// The names the engine uses in its structured errors; an unknown one keeps its sentence.
-const NAMES: [&str; 21] = [
+const NAMES: [&str; 25] = [
     "protection domain",
     "memory registration",
     "completion queue",
@@ -82,6 +82,10 @@ const NAMES: [&str; 21] = [
     "contexts",
     "connections",
     "CM ID",
+    "shared receive queue",
+    "shared receive queues",
+    "the shared receive queue (a QP uses it)",
+    "the protection domain (a shared receive queue uses it)",
 ];
 
 fn known(name: &str) -> Option<&'static str> {

@@ -128,6 +128,12 @@ pub enum Event<'a> {
     MalformedReceive {
         error: WqeError,
     },
+    /// A receive taken from a shared receive queue left fewer posted than its armed limit:
+    /// the limit event (IBV_EVENT_SRQ_LIMIT_REACHED) fires and the limit is disarmed.
+    SrqLimitReached {
+        srqn: u32,
+        qpn: u32,
+    },
     RkeyChecked {
         write: bool,
         rkey: u32,
@@ -315,6 +321,7 @@ kinds! {
     Refused => "refused",
     RnrNakSent => "rnr_nak_sent",
     MalformedReceive => "malformed_receive",
+    SrqLimitReached => "srq_limit_reached",
     WriteAllowed => "write_allowed",
     ReadAllowed => "read_allowed",
     SendPlaced => "send_placed",
@@ -387,6 +394,7 @@ impl Event<'_> {
             Event::Refused(_) => K::Refused,
             Event::RnrNakSent { .. } => K::RnrNakSent,
             Event::MalformedReceive { .. } => K::MalformedReceive,
+            Event::SrqLimitReached { .. } => K::SrqLimitReached,
             Event::RkeyChecked { write: true, .. } => K::WriteAllowed,
             Event::RkeyChecked { write: false, .. } => K::ReadAllowed,
             Event::SendPlaced { .. } => K::SendPlaced,
@@ -473,6 +481,12 @@ impl Event<'_> {
             }
             Event::MalformedReceive { ref error } => {
                 debug!(event, error = %error, "malformed receive request")
+            }
+            Event::SrqLimitReached { srqn, qpn } => {
+                info!(
+                    event,
+                    srqn, qpn, "SRQ limit reached: limit event, limit disarmed"
+                )
             }
             Event::RkeyChecked {
                 write: true,

@@ -15,6 +15,7 @@ mod cq;
 mod mr;
 mod pd;
 mod qp;
+mod srq;
 mod tcp;
 
 pub use crate::error::VerbsError;
@@ -26,6 +27,9 @@ pub use cq::CompletionQueue;
 pub use mr::MemoryRegion;
 pub use pd::ProtectionDomain;
 pub use qp::QueuePair;
+pub use srq::SharedReceiveQueue;
+// What `ibv_query_srq` answers.
+pub use crate::srq::SrqAttr;
 pub use tcp::PortListener;
 // The vocabulary lives below the engine (crate::types), which speaks it too; the API re-exports it.
 pub use crate::types::*;

@@ -11,6 +11,7 @@ use super::{
     cq::CompletionQueue,
     mr::MemoryRegion,
     qp::{PostQueue, QpInner, QueuePair},
+    srq::{SharedReceiveQueue, SrqInner},
 };
 use crate::control::{Request, Response, RingMap};
 use crate::ring::{Producer, Ring};
@@ -106,7 +107,52 @@ impl ProtectionDomain {
             cap,
             sq_sig_all: false,
         };
-        self.make_qp(request, qp_type, send_cq, recv_cq)
+        self.make_qp(request, qp_type, send_cq, recv_cq, None)
+    }
+
+    /// A shared receive queue of at least `max_wr` receive requests of at most `max_sge`
+    /// scatter/gather entries (`ibv_create_srq`); its limit event starts disarmed.
+    pub fn create_srq(&self, max_wr: u32, max_sge: u32) -> Result<SharedReceiveQueue, VerbsError> {
+        let ctx = &self.inner.ctx;
+        let (srq, attr, ring) = match ctx.call(Request::CreateSrq {
+            pd: self.inner.pd,
+            max_wr,
+            max_sge,
+        })? {
+            Response::Srq { srq, attr, ring } => (srq, attr, ring),
+            _ => return Err(ctx.unexpected("create_srq")),
+        };
+        let inner = SrqInner {
+            pd: Arc::clone(&self.inner),
+            srq,
+            attr,
+            rq: post_queue(ring, 0)?,
+        };
+        Ok(SharedReceiveQueue {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// Creates a queue pair that takes its receives from `srq` (of this protection domain):
+    /// the receive sizes of `cap` are ignored, and it has no receive queue of its own.
+    pub fn create_qp_with_srq(
+        &self,
+        qp_type: QpType,
+        send_cq: &CompletionQueue,
+        recv_cq: &CompletionQueue,
+        srq: &SharedReceiveQueue,
+        cap: QpCap,
+    ) -> Result<QueuePair, VerbsError> {
+        let request = Request::CreateQpWithSrq {
+            pd: self.inner.pd,
+            qp_type,
+            send_cq: send_cq.inner.cq,
+            recv_cq: recv_cq.inner.cq,
+            srq: srq.inner.srq,
+            cap,
+            sq_sig_all: false,
+        };
+        self.make_qp(request, qp_type, send_cq, recv_cq, Some(srq.clone()))
     }
 
     /// Opens QP1, the General Services Interface: a UD QP with Q_Key 0x80010000, already in
@@ -123,7 +169,7 @@ impl ProtectionDomain {
             recv_cq: recv_cq.inner.cq,
             cap,
         };
-        self.make_qp(request, QpType::Ud, send_cq, recv_cq)
+        self.make_qp(request, QpType::Ud, send_cq, recv_cq, None)
     }
 
     pub(super) fn make_qp(
@@ -132,19 +178,13 @@ impl ProtectionDomain {
         qp_type: QpType,
         send_cq: &CompletionQueue,
         recv_cq: &CompletionQueue,
+        srq: Option<SharedReceiveQueue>,
     ) -> Result<QueuePair, VerbsError> {
         let (qpn, cap, sq, rq) = match self.inner.ctx.call(request)? {
             Response::Qp { qpn, cap, sq, rq } => (qpn, cap, sq, rq),
             _ => return Err(self.inner.ctx.unexpected("create_qp")),
         };
-        let post_queue = |map: RingMap| -> Result<Mutex<PostQueue>, VerbsError> {
-            let slot = vec![0; map.geometry.slot_size];
-            Ok(Mutex::new(PostQueue {
-                producer: Producer::new(Ring::attach(map.region, map.geometry)?),
-                slot,
-                inline: Vec::with_capacity(cap.max_inline_data as usize),
-            }))
-        };
+        let post_queue = |map| post_queue(map, cap.max_inline_data);
         Ok(QueuePair {
             inner: Arc::new(QpInner {
                 pd: Arc::clone(&self.inner),
@@ -154,6 +194,7 @@ impl ProtectionDomain {
                 sq: post_queue(sq)?,
                 rq: post_queue(rq)?,
                 _cqs: (send_cq.clone(), recv_cq.clone()),
+                srq,
             }),
         })
     }
@@ -171,4 +212,14 @@ impl ProtectionDomain {
             _ => Err(self.inner.ctx.unexpected("create_ah")),
         }
     }
+}
+
+/// The host's end of a ring it posts into.
+fn post_queue(map: RingMap, max_inline: u32) -> Result<Mutex<PostQueue>, VerbsError> {
+    let slot = vec![0; map.geometry.slot_size];
+    Ok(Mutex::new(PostQueue {
+        producer: Producer::new(Ring::attach(map.region, map.geometry)?),
+        slot,
+        inline: Vec::with_capacity(max_inline as usize),
+    }))
 }

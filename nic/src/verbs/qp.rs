@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use super::VerbsError;
-use super::{context::LocalMr, cq::CompletionQueue, pd::PdInner};
+use super::{context::LocalMr, cq::CompletionQueue, pd::PdInner, srq::SharedReceiveQueue};
 use crate::control::{Request, Response};
 use crate::ring::Producer;
 use crate::types::{QpAttr, QpCap, QpType, RecvWr, SendFlags, SendOp, SendWr, Sge};
@@ -24,6 +24,8 @@ pub(super) struct QpInner {
     pub(super) sq: Mutex<PostQueue>,
     pub(super) rq: Mutex<PostQueue>,
     pub(super) _cqs: (CompletionQueue, CompletionQueue),
+    /// The shared receive queue it takes its receives from (kept alive by the QP).
+    pub(super) srq: Option<SharedReceiveQueue>,
 }
 
 impl Drop for QpInner {
@@ -175,10 +177,21 @@ impl QueuePair {
         result
     }
 
-    /// Posts receive work requests.
+    /// The shared receive queue the QP takes its receives from, if it has one.
+    pub fn srq(&self) -> Option<&SharedReceiveQueue> {
+        self.inner.srq.as_ref()
+    }
+
+    /// Posts receive work requests. A QP with a shared receive queue has no receive queue of
+    /// its own: post to the SRQ instead.
     pub fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), VerbsError> {
         let ctx = &self.inner.pd.ctx;
         ctx.check_alive()?;
+        if self.inner.srq.is_some() {
+            return Err(VerbsError::Invalid(
+                "a QP with a shared receive queue takes its receives from it: post there".into(),
+            ));
+        }
         let mut q = self.inner.rq.lock().unwrap_or_else(|e| e.into_inner());
         let q = &mut *q;
         let mut result = Ok(());

@@ -781,3 +781,115 @@ fn out_of_descriptors_the_nic_backs_off_instead_of_spinning() {
     waiting.clear();
     assert!(nic.terminate() < Duration::from_secs(5));
 }
+
+#[test]
+fn a_host_that_corrupts_its_shared_receive_queue_costs_only_itself() {
+    let dir = Dir::new("srq");
+    let nics = nics(&dir, "srq", &[]);
+    let (a, b) = honest_pair(&nics);
+    let backend = backend(&nics.b);
+    let client = backend.connect().unwrap();
+    let call = |request| backend.call(client, request);
+    let Response::Pd(pd) = call(Request::AllocPd).unwrap() else {
+        panic!()
+    };
+    let Response::Cq { cq, .. } = call(Request::CreateCq { entries: 16 }).unwrap() else {
+        panic!()
+    };
+    let Response::Srq { srq, ring, .. } = call(Request::CreateSrq {
+        pd,
+        max_wr: 4,
+        max_sge: 1,
+    })
+    .unwrap() else {
+        panic!()
+    };
+    let region = Arc::new(Region::shared(4096).unwrap());
+    let Response::Mr(keys) = call(Request::RegMr {
+        pd,
+        region,
+        offset: 0,
+        len: 4096,
+        access: all_access(),
+        va: roce_hostmem::VaBase::Zero,
+    })
+    .unwrap() else {
+        panic!()
+    };
+    let Response::Qp { qpn, .. } = call(Request::CreateQpWithSrq {
+        pd,
+        qp_type: QpType::Rc,
+        send_cq: cq,
+        recv_cq: cq,
+        srq,
+        cap: QpCap::default(),
+        sq_sig_all: false,
+    })
+    .unwrap() else {
+        panic!()
+    };
+    // An honest peer on the other NIC, connected to the attacker's QP.
+    let peer = honest(&nics.a);
+    peer.qp.modify(&QpAttr::init(all_access())).unwrap();
+    let av = |n| AddressVector::to(Gid::from_ip(ip(n)), 1);
+    peer.qp
+        .modify(&QpAttr::rtr(av(2), qpn, 0, Mtu::M1024))
+        .unwrap();
+    let mut rts = QpAttr::rts(0);
+    rts.retry_cnt = Some(1);
+    rts.rnr_retry = Some(1);
+    peer.qp.modify(&rts).unwrap();
+    for attr in [
+        QpAttr::init(all_access()),
+        QpAttr::rtr(av(1), peer.qp.qp_num(), 0, Mtu::M1024),
+        QpAttr::rts(0),
+    ] {
+        call(Request::ModifyQp { qpn, attr }).unwrap();
+    }
+    // The attack: a request naming four billion entries, one naming memory beyond its
+    // registration, and a producer index a thousand requests ahead of a ring of four.
+    let slot = ring.geometry.slot_size;
+    let at = |i: usize| ring.geometry.offset + 128 + i * slot;
+    let mut malformed = vec![0u8; 16];
+    malformed[0..8].copy_from_slice(&1u64.to_ne_bytes());
+    malformed[8..12].copy_from_slice(&u32::MAX.to_ne_bytes());
+    ring.region.write(at(0), &malformed).unwrap();
+    let mut outside = vec![0u8; 32];
+    outside[0..8].copy_from_slice(&2u64.to_ne_bytes());
+    outside[8..12].copy_from_slice(&1u32.to_ne_bytes());
+    outside[16..24].copy_from_slice(&(1u64 << 40).to_ne_bytes());
+    outside[24..28].copy_from_slice(&4096u32.to_ne_bytes());
+    outside[28..32].copy_from_slice(&keys.lkey.to_ne_bytes());
+    ring.region.write(at(1), &outside).unwrap();
+    ring.region
+        .write(ring.geometry.offset, &1000u32.to_ne_bytes())
+        .unwrap();
+    let before = nics.b.0.counters();
+    peer.region.write(0, b"into the attacker's queue").unwrap();
+    post(&peer, 5, SendOp::Send, peer.mr.sge(0, 25));
+    let wc = completion(&peer);
+    assert_eq!(
+        (wc.wr_id, wc.status),
+        (5, WcStatus::RemOpErr),
+        "the SEND met the receive beyond the registration: {wc:?}"
+    );
+    let after = nics.b.0.counters().since(&before);
+    assert_eq!(after.malformed_receives, 1, "{after:?}");
+    // The SRQ is the attacker's alone, and busy while its QP takes from it.
+    let other = backend.connect().unwrap();
+    for request in [
+        Request::QuerySrq { srq },
+        Request::ModifySrq { srq, srq_limit: 1 },
+        Request::DestroySrq { srq },
+    ] {
+        let refused = backend.call(other, request).unwrap_err();
+        assert_eq!(refused.errno(), libc::EINVAL, "{refused}");
+    }
+    let busy = call(Request::DestroySrq { srq }).unwrap_err();
+    assert_eq!(busy.errno(), libc::EBUSY, "{busy}");
+    let busy = call(Request::DeallocPd { pd }).unwrap_err();
+    assert_eq!(busy.errno(), libc::EBUSY, "{busy}");
+    still_works(&a, &b, 17);
+    call(Request::DestroyQp { qpn }).unwrap();
+    call(Request::DestroySrq { srq }).unwrap();
+}

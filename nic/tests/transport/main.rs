@@ -15,6 +15,7 @@ mod rc_cable;
 mod rc_errors;
 mod rc_verbs;
 mod recovery;
+mod srq;
 mod uc;
 mod ud;
 mod wire_rules;

@@ -6,8 +6,8 @@
 //! attributes (path MTU from `-m`, 1024 unless given; timeout 14, retry 7, RNR retry 7, one
 //! outstanding READ/atomic each way; UD Q_Key 0x11111111), SENDs of exactly `size` bytes, and
 //! the same ping-pong schedule (`traffic.rs`). `srq` makes the same 256-record exchange and the
-//! same traffic on `-q` QPs as `ibv_srq_pingpong`, but its QPs take their receives from their
-//! own queues instead of one shared receive queue: the peer cannot tell the difference.
+//! same traffic on `-q` QPs as `ibv_srq_pingpong`, whose QPs take their receives from one
+//! shared receive queue, as the real tool's do.
 //!
 //! What is checked that the real tools do not check: every message that arrives has exactly
 //! `size` bytes (plus the 40-byte GRH area for UD, whose IPv4 header must name the peer), and

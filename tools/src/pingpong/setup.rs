@@ -4,7 +4,7 @@
 use roce_hostmem::Access;
 use roce_nic::verbs::{
     AddressHandle, AddressVector, CompletionQueue, Context, Gid, ProtectionDomain, QpAttr, QpCap,
-    QpState, QpType, QueuePair, RecvWr,
+    QpState, QpType, QueuePair, RecvWr, SharedReceiveQueue,
 };
 
 use super::dest::Dest;
@@ -32,6 +32,8 @@ pub struct Side {
     pd: ProtectionDomain,
     pub cq: CompletionQueue,
     pub qps: Vec<QueuePair>,
+    /// srq: the shared receive queue every QP takes its receives from.
+    srq: Option<SharedReceiveQueue>,
     psns: Vec<u32>,
     gid: Gid,
     /// One message as the real tool sends it.
@@ -75,9 +77,17 @@ impl Side {
             Transport::Ud => QpAttr::init_ud(UD_QKEY),
             _ => QpAttr::init(Access::empty()),
         };
+        // ibv_srq_pingpong's QPs share one receive queue holding all the receives.
+        let srq = match opts.transport {
+            Transport::Srq => Some(pd.create_srq((qps * per_qp) as u32, 1)?),
+            _ => None,
+        };
         let mut made = Vec::with_capacity(qps);
         for _ in 0..qps {
-            let qp = pd.create_qp(qp_type, &cq, &cq, cap)?;
+            let qp = match &srq {
+                Some(srq) => pd.create_qp_with_srq(qp_type, &cq, &cq, srq, cap)?,
+                None => pd.create_qp(qp_type, &cq, &cq, cap)?,
+            };
             qp.modify(&init)?;
             made.push(qp);
         }
@@ -90,6 +100,7 @@ impl Side {
             gid: ctx.gid(opts.gid_index).unwrap_or_default(),
             cq,
             qps: made,
+            srq,
             send,
             recv,
             slot_len,
@@ -116,15 +127,20 @@ impl Side {
             .collect()
     }
 
-    /// Poisons receive slot `slot` and posts it on its QP; its wr_id is the slot number.
+    /// Poisons receive slot `slot` and posts it on its QP (or on the shared receive queue);
+    /// its wr_id is the slot number.
     pub fn post_recv(&self, slot: usize) -> Result<(), ToolError> {
         let offset = slot * self.slot_len;
         self.recv.fill(offset, self.slot_len, POISON);
         let sge = [self.recv.sge(offset, self.slot_len as u32)];
-        self.qps[slot / self.per_qp].post_recv(&[RecvWr {
+        let wr = [RecvWr {
             wr_id: slot as u64,
             sg_list: &sge,
-        }])?;
+        }];
+        match &self.srq {
+            Some(srq) => srq.post_recv(&wr)?,
+            None => self.qps[slot / self.per_qp].post_recv(&wr)?,
+        }
         Ok(())
     }
 

@@ -212,6 +212,26 @@ fn requests() -> Vec<Request> {
         Request::CmListenUdp {
             addr: "10.0.0.1:7174".parse().unwrap(),
         },
+        Request::CreateSrq {
+            pd: 3,
+            max_wr: 500,
+            max_sge: 1,
+        },
+        Request::ModifySrq {
+            srq: 1,
+            srq_limit: 10,
+        },
+        Request::QuerySrq { srq: 1 },
+        Request::DestroySrq { srq: 1 },
+        Request::CreateQpWithSrq {
+            pd: 3,
+            qp_type: QpType::Rc,
+            send_cq: 1,
+            recv_cq: 2,
+            srq: 1,
+            cap: QpCap::default(),
+            sq_sig_all: false,
+        },
         Request::CmEventLine,
     ]
 }
@@ -265,6 +285,11 @@ fn plain_answers() -> Vec<Response> {
         Response::Listening { port: 18515 },
         Response::Done,
         Response::CmId(0xdead_beef),
+        Response::SrqAttr(crate::srq::SrqAttr {
+            max_wr: 512,
+            max_sge: 1,
+            srq_limit: 10,
+        }),
         Response::CmEvent(Box::new(crate::cm::CmEvent {
             kind: crate::cm::CmEventKind::Rejected { reason: 8 },
             id: 7,
@@ -314,6 +339,18 @@ fn answers() -> Vec<Response> {
         EventLine::new().unwrap(),
     ));
     all.push(qp_answer(Arc::new(Region::shared(65536).unwrap())));
+    all.push(Response::Srq {
+        srq: 1,
+        attr: crate::srq::SrqAttr {
+            max_wr: 512,
+            max_sge: 1,
+            srq_limit: 0,
+        },
+        ring: RingMap {
+            region: Arc::new(Region::shared(65536).unwrap()),
+            geometry: Geometry::new(0, 512, 64),
+        },
+    });
     all.push(Response::CmEventLine {
         line: EventLine::new().unwrap(),
     });
@@ -897,7 +934,7 @@ fn the_encoding_is_pinned_to_the_protocol_version() {
     }
     assert_eq!(
         (PROTOCOL_VERSION, hash),
-        (9, 0x7b1c_e1ea_80b6_804f),
+        (10, 0xf6ac_2f3f_f923_2e79),
         "the control messages' encoding changed: give messages::PROTOCOL_VERSION a new number, \
          and pin it here with the new hash ({hash:#018x})"
     );

@@ -11,9 +11,11 @@ use super::replies::reply_atomic;
 use super::{InMessage, ReadReply, Reply, Resource};
 use crate::counters;
 use crate::qp::Qp;
+use crate::srq;
 use crate::transport::event::Refusal;
 use crate::transport::{psn, rules, scatter, Ctx, Event};
 use crate::types::{wc_flags, QpType, Wc, WcOpcode, WcStatus};
+use crate::wqe::WqeError;
 
 /// Executes an in-sequence request that passed the checks. Returns the PSNs it consumed.
 pub(super) fn execute(
@@ -36,7 +38,7 @@ pub(super) fn execute(
 /// Takes the next posted receive, if there is one.
 pub(super) fn take_receive(qp: &mut Qp, ctx: &mut Ctx<'_>) -> bool {
     loop {
-        match qp.rq.take(&mut qp.recv.recv) {
+        match next_receive(qp, ctx) {
             None => return false,
             Some(Ok(())) => {
                 qp.recv.recv_active = true;
@@ -44,11 +46,30 @@ pub(super) fn take_receive(qp: &mut Qp, ctx: &mut Ctx<'_>) -> bool {
                 return true;
             }
             Some(Err(error)) => {
+                counters::bump(&ctx.counters.malformed_receives);
                 ctx.event(Event::MalformedReceive { error });
                 complete_recv(qp, ctx, WcStatus::LocLenErr, WcOpcode::Recv, 0, 0, 0);
             }
         }
     }
+}
+
+/// The oldest receive of the QP's own queue, or of its shared receive queue (whose limit event
+/// a take may fire).
+fn next_receive(qp: &mut Qp, ctx: &mut Ctx<'_>) -> Option<Result<(), WqeError>> {
+    let Some(srq) = &qp.srq else {
+        return qp.rq.take(&mut qp.recv.recv);
+    };
+    let mut srq = srq::lock(srq);
+    let taken = srq.take(&mut qp.recv.recv)?;
+    if taken.limit_reached {
+        counters::bump(&ctx.counters.srq_limit_events);
+        ctx.event(Event::SrqLimitReached {
+            srqn: srq.srqn,
+            qpn: qp.qpn,
+        });
+    }
+    Some(taken.request)
 }
 
 fn receive_send(
