@@ -990,3 +990,52 @@ fn shared_receive_queues_from_c_answer_as_libibverbs_does() {
     ];
     assert_eq!(cases, expected, "\n{}", done.stderr);
 }
+
+/// An RDMA CM event channel's descriptor is readable while events wait on it and not once
+/// they are taken; made non-blocking, `rdma_get_cm_event` answers EAGAIN (tests/c/cm_channel.c).
+#[test]
+fn an_event_channels_descriptor_is_readable_while_events_wait() {
+    if !installed("gcc", "gcc") {
+        return;
+    }
+    if !std::path::Path::new("/usr/include/rdma/rdma_cma.h").exists() {
+        roce_tests::skip("librdmacm-dev is not installed (no rdma/rdma_cma.h)");
+        return;
+    }
+    let env = Env::new("lvchan");
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/cm_channel.c");
+    let exe = env.dir.join("cm_channel");
+    // --no-as-needed: the program calls no ibv_* itself, and our librdmacm.so.1 does not
+    // name libibverbs.so.1 (where its calls are), as rdma-core's does.
+    let built = Command::new("gcc")
+        .args(["-Wall", "-Wextra", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .args(["-Wl,--no-as-needed", "-lrdmacm", "-libverbs"])
+        .output()
+        .unwrap();
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let (a, _b) = cabled_pair(&env, 73);
+    let _na = env.nic(&a);
+    let done = run(&env, Some(&a.name), &[exe.to_str().unwrap(), "10.73.0.2"]);
+    assert!(done.status.success(), "{}{}", done.stdout, done.stderr);
+    let cases: Vec<(&str, &str)> = done
+        .stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("CASE ")?.split_once(": "))
+        .collect();
+    assert_eq!(
+        cases,
+        [
+            ("fresh channel", "not readable"),
+            ("after resolve_addr", "readable"),
+            ("event", "RDMA_CM_EVENT_ADDR_RESOLVED"),
+            ("taken", "not readable"),
+            ("non-blocking get", "Resource temporarily unavailable"),
+        ]
+    );
+}
