@@ -93,6 +93,7 @@ counters! {
     cnps_ignored: "CNPs received for a QP without DCQCN, or for no QP",
     dcqcn_rate_cuts: "rate cuts made by DCQCN reaction points",
     dcqcn_throttled: "times a requester waited for its QP's DCQCN rate limiter",
+    bad_doorbells: "QP numbers rung in a doorbell record that the ringing host does not own (or no longer has)",
 }
 
 /// Adds one. The engine is the only writer, so a relaxed load and store suffice (no locked

@@ -16,6 +16,7 @@ use smoltcp::wire::{IpAddress, IpCidr};
 use crate::buf::BufPool;
 use crate::control::{ClientId, Command, Control, Request, Response};
 use crate::counters::{Counters, Snapshot};
+use crate::doorbell::{qpns_for, Doorbell, ReadyBits, Record, Records};
 use crate::engine::{Engine, RingMemory, Setup};
 use crate::link::Link;
 use crate::qp::PortInfo;
@@ -138,6 +139,10 @@ struct Handle {
     name: String,
     control: Sender<Control>,
     waker: Arc<Waker>,
+    /// The doorbell of the hosts in this process.
+    doorbell: Doorbell,
+    /// Every doorbell record the engine drains (those of hosts in other processes too).
+    records: Arc<Records>,
     next_client: AtomicU64,
     stopped: AtomicBool,
 }
@@ -168,8 +173,8 @@ impl Backend for Handle {
         answer.recv().map_err(|_| self.gone())?
     }
 
-    fn doorbell(&self) -> &Arc<Waker> {
-        &self.waker
+    fn doorbell(&self) -> &Doorbell {
+        &self.doorbell
     }
 
     fn alive(&self) -> bool {
@@ -201,6 +206,11 @@ impl Device {
         // Hosts in other processes get doorbells of their own (see `Waker::add_host`): this
         // word is read in this process only.
         let waker = Waker::new(SharedWord::private())?;
+        let ready = Arc::new(ReadyBits::private(qpns_for(config.limits.max_qp)));
+        let records = Arc::new(Records::new(Record {
+            host: None,
+            ready: Arc::clone(&ready),
+        }));
         let counters = Arc::new(Counters::default());
         let port = PortInfo {
             mac: config.mac,
@@ -219,6 +229,7 @@ impl Device {
             resolve_timeout: config.resolve_timeout,
             control: requests,
             waker: Arc::clone(&waker),
+            records: Arc::clone(&records),
             link: match config.dcqcn {
                 // A DCQCN NIC's packets are ECN-capable: switches mark them rather than drop.
                 Some(_) => Box::new(crate::link::ecn::Ect::new(link)),
@@ -239,7 +250,9 @@ impl Device {
             handle: Arc::new(Handle {
                 name: config.name.clone(),
                 control,
+                doorbell: Doorbell::new(ready, Arc::clone(&waker)),
                 waker,
+                records,
                 next_client: AtomicU64::new(1),
                 stopped: AtomicBool::new(false),
             }),
@@ -270,6 +283,16 @@ impl Device {
     /// The engine's end, for the control socket that serves host programs in other processes.
     pub(crate) fn backend(&self) -> Arc<dyn Backend> {
         Arc::clone(&self.handle) as Arc<dyn Backend>
+    }
+
+    /// The doorbell records the engine drains, for the control socket to add its hosts' to.
+    pub(crate) fn records(&self) -> &Arc<Records> {
+        &self.handle.records
+    }
+
+    /// The engine's wake-up line, for the control socket to add its hosts' lines to.
+    pub(crate) fn waker(&self) -> &Arc<Waker> {
+        &self.handle.waker
     }
 
     /// Stops the engine: QPs go to the error state, the link is flushed.

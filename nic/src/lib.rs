@@ -22,6 +22,7 @@ pub mod counters;
 pub mod cq;
 pub mod dcqcn;
 mod device;
+pub mod doorbell;
 mod engine;
 pub mod error;
 pub mod eventfd;

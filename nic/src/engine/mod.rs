@@ -30,6 +30,7 @@ use crate::buf::BufPool;
 use crate::control::{ClientId, Command, Control, Request};
 use crate::counters::Counters;
 use crate::cq::CqTable;
+use crate::doorbell::{Record, Records};
 use crate::link::Link;
 use crate::port::IpStack;
 use crate::qp::{PortInfo, Qp};
@@ -61,6 +62,10 @@ pub(crate) struct Engine {
     port: PortInfo,
     control: Receiver<Control>,
     waker: Arc<Waker>,
+    /// The doorbell records of every host, and the list as last taken (with its version).
+    records: Arc<Records>,
+    record_list: Arc<[Record]>,
+    records_seen: u64,
     tx: Tx,
     mrs: MrTable,
     pds: HashMap<u32, (PdId, ClientId)>,
@@ -127,6 +132,7 @@ pub(crate) struct Setup {
     pub resolve_timeout: Duration,
     pub control: Receiver<Control>,
     pub waker: Arc<Waker>,
+    pub records: Arc<Records>,
     pub link: Box<dyn Link>,
     pub pool: Arc<BufPool>,
     pub counters: Arc<Counters>,
@@ -149,6 +155,9 @@ impl Engine {
             port: setup.port,
             control: setup.control,
             waker: setup.waker,
+            record_list: Arc::new([]),
+            records_seen: u64::MAX,
+            records: setup.records,
             tx,
             mrs: MrTable::new(),
             pds: HashMap::new(),
@@ -311,16 +320,46 @@ impl Engine {
         n > 0
     }
 
-    /// The send-side work of the active QPs, after enrolling those with newly posted work (a
-    /// doorbell does not say which QP it rings for: every idle QP's send ring is looked at,
-    /// one load each) or, after an overrun, every QP.
+    /// Enrols the QPs whose hosts rang their doorbells since the last pass. A QP number a host
+    /// rings is only a hint: the QP must exist and belong to that host, or the ring is counted
+    /// as bad and ignored.
+    fn take_doorbells(&mut self) {
+        if let Some(list) = self.records.changed_since(&mut self.records_seen) {
+            self.record_list = list;
+        }
+        let Engine {
+            record_list,
+            qps,
+            client_hosts,
+            active,
+            counters,
+            ..
+        } = self;
+        let mut bad = 0;
+        for record in record_list.iter() {
+            record.ready.drain(|qpn| match qps.get(qpn) {
+                Some(qp) if client_hosts.get(&qp.owner).copied() == record.host => {
+                    active.insert(qpn)
+                }
+                _ => bad += 1,
+            });
+        }
+        if bad > 0 {
+            crate::counters::add(&counters.bad_doorbells, bad);
+            debug!(bad, "doorbells rung for QPs the ringing host does not own");
+        }
+    }
+
+    /// The send-side work of the active QPs, after enrolling those whose doorbells rang (or,
+    /// after an overrun, every QP).
     fn transmit(&mut self) -> bool {
         let mut busy = false;
         let now = Instant::now();
+        self.take_doorbells();
         let sweep = std::mem::take(&mut self.sweep);
         let (qps, mut io) = self.io();
-        for qp in qps.iter() {
-            if sweep || (!io.active.contains(qp.qpn) && qp.has_new_posts()) {
+        if sweep {
+            for qp in qps.iter() {
                 io.active.insert(qp.qpn);
             }
         }

@@ -9,7 +9,7 @@ use roce_wire::deth;
 use tracing::{debug, info};
 
 use super::limits::Object;
-use super::{Engine, RingMemory, GSI_QPN};
+use super::{Engine, RingMemory, FIRST_QPN, GSI_QPN};
 use crate::control::{ClientId, DeviceInfo, Request, Response, RingMap};
 use crate::cq::{Cq, EventLine};
 use crate::error::VerbsError;
@@ -409,6 +409,15 @@ impl Engine {
         };
         if self.qps.get(qpn).is_some() {
             return Err(VerbsError::Busy("QP1 (the GSI)"));
+        }
+        // A doorbell record names QP numbers up to a cap (a NIC allowed more QPs numbers none
+        // past it).
+        if qpn >= crate::doorbell::MAX_QPNS {
+            return Err(VerbsError::LimitReached {
+                what: "QPs",
+                scope: "NIC",
+                limit: u64::from(crate::doorbell::MAX_QPNS - FIRST_QPN),
+            });
         }
         let (sq, rq) = ring_layout(&cap);
         self.check_room(client, Object::Qp, self.shm_cost(rq.end()))?;

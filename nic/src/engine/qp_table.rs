@@ -97,10 +97,6 @@ impl ActiveQps {
         }
     }
 
-    pub fn contains(&self, qpn: u32) -> bool {
-        self.member.get(qpn as usize).copied().unwrap_or(false)
-    }
-
     pub fn len(&self) -> usize {
         self.list.len()
     }
@@ -134,8 +130,6 @@ mod tests {
         assert_eq!(active.iter().collect::<Vec<_>>(), [0x11, 1, 0x2000]);
         active.remove_at(0);
         assert_eq!(active.iter().collect::<Vec<_>>(), [0x2000, 1]);
-        assert!(!active.contains(0x11) && active.contains(0x2000) && active.contains(1));
-        assert!(!active.contains(0x9999));
         active.insert(0x11);
         assert_eq!((active.len(), active.at(2)), (3, 0x11));
     }

@@ -30,6 +30,7 @@ use super::messages::{greeting_version, send, FromNic, ToNic, Welcome, PROTOCOL_
 use super::socket_path::{check_dir, socket_dir, socket_path};
 use super::stop_line::StopLine;
 use crate::control::{ClientId, Request, Response};
+use crate::doorbell::{Doorbell, ReadyBits, MAX_QPNS, RECORD_OFFSET};
 use crate::verbs::{Backend, Context, VerbsError};
 use crate::waker::{SharedWord, Waker};
 
@@ -51,7 +52,7 @@ pub struct SocketBackend {
     stream: Mutex<UnixStream>,
     /// A second handle on the socket, polled (never read) for the NIC's hang-up.
     liveness: Arc<UnixStream>,
-    doorbell: Arc<Waker>,
+    doorbell: Doorbell,
     gone: Arc<AtomicBool>,
     stop: Arc<StopLine>,
     watcher: Option<JoinHandle<()>>,
@@ -184,20 +185,31 @@ impl SocketBackend {
     }
 }
 
-/// This host's doorbell: its "sleeping" word in the memory the NIC passed, and its eventfd.
-fn doorbell(welcome: Welcome, nic_uid: u32) -> Result<Arc<Waker>, VerbsError> {
+/// This host's doorbell: its "sleeping" word and its record in the memory the NIC passed, and
+/// its eventfd.
+fn doorbell(welcome: Welcome, nic_uid: u32) -> Result<Doorbell, VerbsError> {
     let region = Arc::new(Region::from_fd(welcome.doorbell_word, nic_uid)?);
-    // A region is at least a page; checked anyway, as the descriptor came from outside.
-    if region.len() < 4 {
-        return Err(VerbsError::Invalid(
-            "the doorbell region is too small".into(),
-        ));
+    let qpns = welcome.doorbell_qpns;
+    // Checked, as the descriptor came from outside.
+    if qpns > MAX_QPNS || region.len() < RECORD_OFFSET + ReadyBits::bytes(qpns) {
+        return Err(VerbsError::Invalid(format!(
+            "the doorbell region of {} bytes cannot hold a record of {qpns} QPs",
+            region.len()
+        )));
     }
-    let word = region.as_ptr();
-    // SAFETY: a region's mapping is page aligned, holds at least 4 bytes (checked), and the
-    // Arc keeps it mapped as long as the word is used.
-    let sleeping = unsafe { SharedWord::at(word, region) };
-    Ok(Waker::from_parts(sleeping, welcome.doorbell))
+    let at = region.as_ptr();
+    // SAFETY: a region's mapping is page aligned, holds the word and the record (checked),
+    // and the Arc keeps it mapped as long as they are used.
+    let (sleeping, ready) = unsafe {
+        (
+            SharedWord::at(at, Arc::clone(&region) as _),
+            ReadyBits::at(at.add(RECORD_OFFSET), qpns, region),
+        )
+    };
+    Ok(Doorbell::new(
+        Arc::new(ready),
+        Waker::from_parts(sleeping, welcome.doorbell),
+    ))
 }
 
 fn refuse_regions(_: OwnedFd) -> Result<Arc<Region>, VerbsError> {
@@ -228,7 +240,7 @@ impl Backend for SocketBackend {
         }
     }
 
-    fn doorbell(&self) -> &Arc<Waker> {
+    fn doorbell(&self) -> &Doorbell {
         &self.doorbell
     }
 

@@ -4,7 +4,8 @@
 //! host                                   NIC
 //! Hello { version }               ─▶
 //!                                 ◀─     Welcome { version, nic } + this host's doorbell:
-//!                                        its "sleeping" word (a sealed memfd) and eventfd
+//!                                        its "sleeping" word and doorbell record (a sealed
+//!                                        memfd) and eventfd
 //! Open                            ─▶                          (one per verbs context)
 //!                                 ◀─     Opened(client)
 //! Call { client, request }        ─▶
@@ -36,7 +37,7 @@ use crate::control::{ClientId, Request, Response};
 use crate::error::VerbsError;
 
 /// The version of this conversation; a NIC and a host library must agree on it.
-pub const PROTOCOL_VERSION: u32 = 10;
+pub const PROTOCOL_VERSION: u32 = 11;
 
 /// What a host says to the NIC.
 #[derive(Debug, Serialize, Deserialize)]
@@ -68,12 +69,15 @@ pub struct Welcome {
     #[serde(with = "postcard::fixint::le")]
     pub version: u32,
     pub nic: String,
-    /// A sealed memfd whose first word says whether the engine sleeps.
+    /// A sealed memfd whose first word says whether the engine sleeps, followed by this
+    /// host's doorbell record (see [`crate::doorbell`]).
     #[serde(with = "fields::fd")]
     pub doorbell_word: OwnedFd,
     /// The eventfd that wakes the NIC's engine, this host's own.
     #[serde(with = "fields::fd")]
     pub doorbell: OwnedFd,
+    /// How many QP numbers the doorbell record covers.
+    pub doorbell_qpns: u32,
 }
 
 /// The version a greeting (a Hello or a Welcome) names, read from the start that every version

@@ -32,6 +32,7 @@ use super::socket_path::prepare_dir;
 use super::stop_line::StopLine;
 use crate::control::{ClientId, Request, Response};
 use crate::device::Device;
+use crate::doorbell::{qpns_for, ReadyBits, Record, Records, RECORD_OFFSET};
 use crate::engine::RingMemory;
 use crate::limits::Limits;
 use crate::verbs::{Backend, VerbsError};
@@ -58,6 +59,9 @@ pub enum ServerError {
 struct Shared {
     nic: String,
     backend: Arc<dyn Backend>,
+    /// The engine's wake-up line and the doorbell records it drains: each host adds its own.
+    engine: Arc<Waker>,
+    records: Arc<Records>,
     stop: StopLine,
     limits: Limits,
     /// The hosts connected now, by process.
@@ -192,6 +196,8 @@ impl Claim {
         let shared = Arc::new(Shared {
             nic,
             backend: device.backend(),
+            engine: Arc::clone(device.waker()),
+            records: Arc::clone(device.records()),
             stop: StopLine::new().map_err(socket_error)?,
             limits: device.config().limits,
             hosts: Mutex::new(Hosts::default()),
@@ -355,40 +361,61 @@ fn accept_loop(
     }
 }
 
-/// One host's doorbell: a word in device memory the host maps, and an eventfd, which the
-/// engine listens to while the connection lasts.
-struct Doorbell {
-    word: Arc<Region>,
+/// One host's doorbell: a region of device memory the host maps (its "sleeping" word, then its
+/// doorbell record, see [`crate::doorbell`]) and an eventfd, which the engine listens to and
+/// drains while the connection lasts. The record names the QPs of this host only.
+struct HostDoorbell {
+    region: Arc<Region>,
     waker: Arc<Waker>,
+    ready: Arc<ReadyBits>,
+    qpns: u32,
     engine: Arc<Waker>,
+    records: Arc<Records>,
 }
 
-impl Doorbell {
-    fn new(nic: &str, engine: &Arc<Waker>) -> io::Result<Doorbell> {
-        let word = Arc::new(
-            Region::device_memory(&format!("{nic}-doorbell"), 64).map_err(io::Error::other)?,
+impl HostDoorbell {
+    fn new(shared: &Shared, host: u32) -> io::Result<HostDoorbell> {
+        let qpns = qpns_for(shared.limits.max_qp);
+        let size = RECORD_OFFSET + ReadyBits::bytes(qpns);
+        let region = Arc::new(
+            Region::device_memory(&format!("{}-doorbell", shared.nic), size)
+                .map_err(io::Error::other)?,
         );
-        let at = word.as_ptr();
-        // SAFETY: a region's mapping is page aligned and at least a page long, and the Arc
-        // keeps it mapped as long as the word is used.
-        let sleeping = unsafe { SharedWord::at(at, Arc::clone(&word) as _) };
+        let at = region.as_ptr();
+        // SAFETY: a region's mapping is page aligned and at least `size` long, and the Arc
+        // keeps it mapped as long as the word and the record are used.
+        let (sleeping, ready) = unsafe {
+            (
+                SharedWord::at(at, Arc::clone(&region) as _),
+                ReadyBits::at(at.add(RECORD_OFFSET), qpns, Arc::clone(&region) as _),
+            )
+        };
         let waker = Waker::new(sleeping)?;
-        engine.add_host(&waker);
-        Ok(Doorbell {
-            word,
+        let ready = Arc::new(ready);
+        shared.engine.add_host(&waker);
+        shared.records.add(Record {
+            host: Some(host),
+            ready: Arc::clone(&ready),
+        });
+        Ok(HostDoorbell {
+            region,
             waker,
-            engine: Arc::clone(engine),
+            ready,
+            qpns,
+            engine: Arc::clone(&shared.engine),
+            records: Arc::clone(&shared.records),
         })
     }
 
     /// The greeting that hands this doorbell to its host.
     fn welcome(&self, nic: &str) -> Result<Welcome, VerbsError> {
-        let word = self.word.fd().ok_or(RegionError::NoDescriptor)?;
+        let region = self.region.fd().ok_or(RegionError::NoDescriptor)?;
         Ok(Welcome {
             version: PROTOCOL_VERSION,
             nic: nic.to_owned(),
-            doorbell_word: word.try_clone_to_owned()?,
+            doorbell_word: region.try_clone_to_owned()?,
             doorbell: self.waker.as_fd().try_clone_to_owned()?,
+            doorbell_qpns: self.qpns,
         })
     }
 }
@@ -406,8 +433,9 @@ fn hang_up(stream: &UnixStream, stop: &StopLine) {
     while let Ok(Some(_)) = fdpass::recv(stream, limit) {}
 }
 
-impl Drop for Doorbell {
+impl Drop for HostDoorbell {
     fn drop(&mut self) {
+        self.records.remove(&self.ready);
         self.engine.remove_host(&self.waker);
     }
 }
@@ -474,7 +502,7 @@ fn serve_host<'a>(
     host: u32,
     limit: impl Fn() -> Limit<'a>,
 ) {
-    let doorbell = match Doorbell::new(&shared.nic, shared.backend.doorbell()) {
+    let doorbell = match HostDoorbell::new(shared, host) {
         Ok(doorbell) => doorbell,
         Err(e) => {
             warn!(error = %e, "cannot make a doorbell for a host: closing");

@@ -1,11 +1,9 @@
 //! How a context reaches its NIC: the engine's channel in this process, or the NIC's socket.
 
-use std::os::fd::BorrowedFd;
-use std::sync::Arc;
-
 use super::VerbsError;
 use crate::control::{ClientId, Request, Response};
-use crate::waker::Waker;
+use crate::doorbell::Doorbell;
+use std::os::fd::BorrowedFd;
 
 /// How a context reaches its NIC: in the same process, or over the NIC's socket.
 pub trait Backend: Send + Sync {
@@ -13,8 +11,8 @@ pub trait Backend: Send + Sync {
     fn connect(&self) -> Result<ClientId, VerbsError>;
     /// Sends a control request and waits for the answer.
     fn call(&self, client: ClientId, request: Request) -> Result<Response, VerbsError>;
-    /// The doorbell: wakes the engine after work was posted.
-    fn doorbell(&self) -> &Arc<Waker>;
+    /// The doorbell: names the QP that has new work and wakes the engine.
+    fn doorbell(&self) -> &Doorbell;
     /// False once the NIC is known to have stopped. Posting work asks before every batch, so
     /// this must cost no system call.
     fn alive(&self) -> bool {

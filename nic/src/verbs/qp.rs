@@ -173,7 +173,7 @@ impl QueuePair {
             q.producer.push(&q.slot);
         }
         q.producer.publish();
-        ctx.backend.doorbell().wake();
+        ctx.backend.doorbell().ring(self.inner.qpn);
         result
     }
 
@@ -207,7 +207,7 @@ impl QueuePair {
             q.producer.push(&q.slot);
         }
         q.producer.publish();
-        ctx.backend.doorbell().wake();
+        ctx.backend.doorbell().ring(self.inner.qpn);
         result
     }
 }

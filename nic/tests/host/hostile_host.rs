@@ -263,7 +263,7 @@ fn a_host_that_clears_its_sleeping_word_or_drains_its_doorbell_freezes_only_itse
     let (a, b) = honest_pair(&nics);
     // The attacker's doorbell: its own word and eventfd (the library's Waker over them).
     let attacker = backend(&nics.a);
-    let bell = Arc::clone(attacker.doorbell());
+    let bell = Arc::clone(attacker.doorbell().waker());
     let stop = Arc::new(AtomicBool::new(false));
     let hammer = {
         let stop = Arc::clone(&stop);
@@ -282,6 +282,86 @@ fn a_host_that_clears_its_sleeping_word_or_drains_its_doorbell_freezes_only_itse
     }
     stop.store(true, Ordering::Relaxed);
     hammer.join().unwrap();
+}
+
+/// An honest host in the NIC's own process (so its QPs are another host's than the attacker's,
+/// whose connection comes from this process too).
+fn in_process(nic: &(Device, Server)) -> Host {
+    let region = Arc::new(Region::shared(1 << 20).unwrap());
+    host_on(nic.0.open().unwrap(), QpType::Rc, region, QpCap::default()).unwrap()
+}
+
+#[test]
+fn a_host_ringing_qps_it_does_not_own_or_flooding_or_clearing_its_doorbell_record_costs_only_itself(
+) {
+    let dir = Dir::new("ring");
+    let nics = nics(&dir, "ring", &[]);
+    let (a, b) = (in_process(&nics.a), in_process(&nics.b));
+    connect(&a, &b);
+    let attacker = backend(&nics.a);
+    let bell = attacker.doorbell().clone();
+    let record_bits = bell.ready().words().count() as u64 * 64;
+    assert!(
+        u64::from(a.qp.qp_num()) < record_bits,
+        "the attacker's record covers the honest QP's number"
+    );
+    // The honest QP's number alone, rung by the attacker: refused, and counted.
+    let bad_before = nics.a.0.counters().bad_doorbells;
+    assert!(bell.ready().set(a.qp.qp_num()));
+    bell.waker().wake();
+    let deadline = Instant::now() + PATIENCE;
+    while nics.a.0.counters().bad_doorbells == bad_before {
+        assert!(
+            Instant::now() < deadline,
+            "a ring for another host's QP was not refused"
+        );
+        std::thread::yield_now();
+    }
+    let bad_before = nics.a.0.counters().bad_doorbells;
+    let stop = Arc::new(AtomicBool::new(false));
+    let hammer = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                // Every bit: every QP number (the honest host's among them, and numbers of no
+                // QP), summary bits past the last leaf; then the doorbell.
+                for word in bell.ready().words() {
+                    word.store(u64::MAX, Ordering::SeqCst);
+                }
+                bell.waker().wake();
+                std::thread::yield_now();
+                // Then nothing at all, as a host that never rings.
+                for word in bell.ready().words() {
+                    word.store(0, Ordering::SeqCst);
+                }
+                std::thread::yield_now();
+            }
+        })
+    };
+    for round in 0..20 {
+        still_works(&a, &b, round);
+        // Let the engine fall asleep between rounds (it sleeps after 50 µs idle).
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    stop.store(true, Ordering::Relaxed);
+    hammer.join().unwrap();
+    // The engine saw the flood, and took none of it for the honest host's QP.
+    let counters = nics.a.0.counters();
+    assert!(
+        counters.bad_doorbells > bad_before,
+        "no bad doorbell counted: {counters:?}"
+    );
+    // The attacker may ring its own QPs: an honest ring through its own library still works.
+    let own = host_on(
+        Context::open(attacker).unwrap(),
+        QpType::Rc,
+        Arc::new(Region::shared(1 << 20).unwrap()),
+        QpCap::default(),
+    )
+    .unwrap();
+    let peer = in_process(&nics.b);
+    connect(&own, &peer);
+    still_works(&own, &peer, 99);
 }
 
 #[test]
