@@ -99,6 +99,8 @@ pub struct Cq {
     pub owner: u64,
     producer: Producer,
     event: Arc<EventLine>,
+    /// Entries written but not yet published (see [`Cq::write`]).
+    unpublished: bool,
 }
 
 impl Cq {
@@ -108,6 +110,7 @@ impl Cq {
             owner,
             producer: Producer::new(ring),
             event,
+            unpublished: false,
         }
     }
 
@@ -125,14 +128,16 @@ impl Cq {
         self.producer.ring().overrun().load(Ordering::SeqCst) != 0
     }
 
-    /// Writes one completion and wakes a waiting consumer. A full queue overruns: the
-    /// completion is lost, the queue is in error from then on (it takes no more), and a waiting
-    /// consumer is woken to find that out.
-    pub fn push(&mut self, wc: &Wc, counters: &Counters) {
+    /// Writes one completion, which the consumer sees from the next [`Cq::publish`] on: several
+    /// written in a row cost one index store and at most one wake-up. A full queue overruns:
+    /// the completion is lost, the queue is in error from then on (it takes no more), and a
+    /// waiting consumer is woken to find that out, after the entries written before it.
+    pub fn write(&mut self, wc: &Wc, counters: &Counters) {
         let mut slot = [0u8; CQE_SIZE];
         encode_cqe(&mut slot, wc);
         if self.overran() || !self.producer.push(&slot) {
             counters::bump(&counters.cq_overflows);
+            self.publish();
             if self.producer.ring().overrun().swap(1, Ordering::SeqCst) == 0 {
                 tracing::warn!(
                     cqn = self.cqn,
@@ -142,11 +147,20 @@ impl Cq {
             }
             return;
         }
-        self.producer.publish();
+        self.unpublished = true;
         counters::bump(&counters.completions);
         if wc.status != WcStatus::Success {
             counters::bump(&counters.completion_errors);
         }
+    }
+
+    /// Makes the completions written so far visible to the consumer, and wakes it if it waits
+    /// for one.
+    pub fn publish(&mut self) {
+        if !std::mem::take(&mut self.unpublished) {
+            return;
+        }
+        self.producer.publish();
         if self.producer.ring().notify().swap(0, Ordering::SeqCst) != 0 {
             self.event.signal();
         }
@@ -189,11 +203,33 @@ impl CqTable {
         self.slots.get_mut(cqn as usize)?.take()
     }
 
-    /// Completes on queue `cqn`; a queue that vanished loses the completion.
-    pub fn complete(&mut self, cqn: u32, wc: &Wc, counters: &Counters) {
-        if let Some(cq) = self.get_mut(cqn) {
-            cq.push(wc, counters);
+    /// Completes each of `completions` in order (a queue that vanished loses its own),
+    /// publishing the entries of one queue written in a row with one index store and at most
+    /// one wake-up. Returns whether a queue overran because of them.
+    pub fn complete_all(
+        &mut self,
+        completions: impl IntoIterator<Item = (u32, Wc)>,
+        counters: &Counters,
+    ) -> bool {
+        let mut overran = false;
+        let mut open: Option<u32> = None;
+        for (cqn, wc) in completions {
+            if open != Some(cqn) {
+                if let Some(cq) = open.and_then(|done| self.get_mut(done)) {
+                    cq.publish();
+                }
+                open = Some(cqn);
+            }
+            if let Some(cq) = self.get_mut(cqn) {
+                let before = cq.overran();
+                cq.write(&wc, counters);
+                overran |= !before && cq.overran();
+            }
         }
+        if let Some(cq) = open.and_then(|done| self.get_mut(done)) {
+            cq.publish();
+        }
+        overran
     }
 
     /// Whether queue `cqn` overran (see [`Cq::overran`]).
@@ -203,5 +239,83 @@ impl CqTable {
 
     pub fn iter(&self) -> impl Iterator<Item = &Cq> {
         self.slots.iter().flatten()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use roce_hostmem::Region;
+
+    use super::*;
+    use crate::ring::{Consumer, Geometry};
+
+    /// Queue `cqn` of `entries` slots, with the consumer's end of its ring.
+    fn queue(cqn: u32, entries: u32) -> (Cq, Consumer) {
+        let geometry = Geometry::new(0, entries, CQE_SIZE);
+        let region = Arc::new(Region::anonymous(geometry.bytes()).unwrap());
+        let ring = Ring::create(region, geometry).unwrap();
+        let consumer = Consumer::new(ring.clone());
+        (Cq::new(cqn, 0, ring, EventLine::new().unwrap()), consumer)
+    }
+
+    fn wc(wr_id: u64) -> Wc {
+        Wc {
+            wr_id,
+            ..Wc::default()
+        }
+    }
+
+    #[test]
+    fn written_completions_are_seen_from_the_publish_on() {
+        let counters = Counters::default();
+        let (mut cq, consumer) = queue(0, 8);
+        cq.producer.ring().notify().store(1, Ordering::SeqCst);
+        cq.write(&wc(1), &counters);
+        cq.write(&wc(2), &counters);
+        assert_eq!(consumer.available(), 0);
+        cq.publish();
+        assert_eq!(consumer.available(), 2);
+        cq.publish();
+        assert_eq!(cq.event().fd.drain(), 1, "one wake-up for the two");
+    }
+
+    #[test]
+    fn a_batch_publishes_each_run_once_and_keeps_its_order() {
+        let counters = Counters::default();
+        let mut table = CqTable::default();
+        let (a, mut from_a) = queue(0, 8);
+        let (b, from_b) = queue(1, 8);
+        for cq in [&a, &b] {
+            cq.producer.ring().notify().store(1, Ordering::SeqCst);
+        }
+        let (event_a, event_b) = (Arc::clone(a.event()), Arc::clone(b.event()));
+        table.put(a);
+        table.put(b);
+        let batch = [(0, wc(1)), (0, wc(2)), (1, wc(3)), (0, wc(4)), (7, wc(5))];
+        assert!(!table.complete_all(batch, &counters));
+        assert_eq!((from_a.available(), from_b.available()), (3, 1));
+        assert_eq!((event_a.fd.drain(), event_b.fd.drain()), (1, 1));
+        let mut slot = [0u8; CQE_SIZE];
+        let mut ids = Vec::new();
+        while from_a.next(&mut slot) {
+            ids.push(crate::wqe::decode_cqe(&slot).wr_id);
+        }
+        assert_eq!(ids, [1, 2, 4]);
+        assert_eq!(counters.completions.load(Ordering::Relaxed), 4);
+    }
+
+    #[test]
+    fn a_batch_that_overruns_a_queue_says_so_after_publishing_what_fit() {
+        let counters = Counters::default();
+        let mut table = CqTable::default();
+        let (cq, consumer) = queue(0, 2);
+        table.put(cq);
+        let batch = (0..4).map(|i| (0, wc(i)));
+        assert!(table.complete_all(batch, &counters));
+        assert_eq!(consumer.available(), 2);
+        assert!(table.overran(0));
+        assert_eq!(counters.cq_overflows.load(Ordering::Relaxed), 2);
+        // Already in error: no news.
+        assert!(!table.complete_all([(0, wc(9))], &counters));
     }
 }

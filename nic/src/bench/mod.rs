@@ -80,6 +80,35 @@ pub fn write_throughput(
     batch: usize,
     duration: Duration,
 ) -> Result<Throughput, VerbsError> {
+    write_until(p, size, depth, batch, Until::Elapsed(duration))
+}
+
+/// Like [`write_throughput`], for exactly `messages` WRITEs (rounded up to whole batches):
+/// a run whose work is fixed, for instruction counts (callgrind) that compare run to run.
+pub fn write_messages(
+    p: Initiator<'_>,
+    size: usize,
+    depth: usize,
+    batch: usize,
+    messages: u64,
+) -> Result<Throughput, VerbsError> {
+    write_until(p, size, depth, batch, Until::Posted(messages))
+}
+
+/// When a WRITE run stops posting.
+#[derive(Clone, Copy)]
+enum Until {
+    Elapsed(Duration),
+    Posted(u64),
+}
+
+fn write_until(
+    p: Initiator<'_>,
+    size: usize,
+    depth: usize,
+    batch: usize,
+    until: Until,
+) -> Result<Throughput, VerbsError> {
     let batch = batch.clamp(1, depth.max(1));
     let slots = (p.len / size.max(1) as u64).clamp(1, 64);
     let mut wcs = vec![Wc::default(); 64];
@@ -89,7 +118,11 @@ pub fn write_throughput(
     let (mut posted, mut done) = (0u64, 0u64);
     let mut stop = false;
     while !stop || done < posted {
-        stop = stop || start.elapsed() >= duration;
+        stop = stop
+            || match until {
+                Until::Elapsed(duration) => start.elapsed() >= duration,
+                Until::Posted(messages) => posted >= messages,
+            };
         while !stop && (posted - done) as usize + batch <= depth {
             wrs.clear();
             for i in 0..batch as u64 {

@@ -107,6 +107,9 @@ pub(crate) struct Engine {
     link_deadline: Option<Instant>,
     /// ARP, neighbour discovery, ICMP and TCP: everything on the wire that is not RoCE.
     ip_stack: IpStack,
+    /// The sender of the last frame learnt from, so that a stream of frames from one peer
+    /// costs no table lookup each.
+    last_sender: Option<(IpAddr, roce_wire::EthernetAddress)>,
     /// Requests held until a neighbour's MAC is known.
     awaiting_neighbour: Vec<neighbours::AwaitingNeighbour>,
     /// How long a held request waits for a MAC before it fails.
@@ -184,6 +187,7 @@ impl Engine {
             local_ips: setup.local_ips,
             link_deadline: None,
             ip_stack,
+            last_sender: None,
             awaiting_neighbour: Vec::new(),
             resolve_timeout: setup.resolve_timeout,
             interests: Vec::new(),
@@ -297,11 +301,14 @@ impl Engine {
     }
 
     fn receive(&mut self) -> bool {
+        // One clock read for the batch: its frames arrived together, and a batch takes
+        // microseconds against timers of milliseconds.
+        let now = Instant::now();
         let mut n = 0;
         while n < RX_BUDGET {
             match self.tx.link().recv() {
                 Ok(Some(frame)) => {
-                    self.handle_frame(frame);
+                    self.handle_frame(frame, now);
                     n += 1;
                 }
                 Ok(None) => break,
@@ -313,8 +320,11 @@ impl Engine {
         }
         // One ACK per QP for the whole batch: ACK coalescing.
         let mut due = std::mem::take(&mut self.acks_due);
+        let (qps, mut io) = self.io();
         for qpn in due.drain(..) {
-            self.with_qp(qpn, responder::flush_ack);
+            if let Some(qp) = qps.get_mut(qpn) {
+                io.drive(qp, now, responder::flush_ack);
+            }
         }
         self.acks_due = due;
         n > 0
@@ -507,11 +517,9 @@ impl EngineIo<'_> {
             qp.settle(&mut ctx);
             result
         };
-        for (cq, wc) in self.completions.drain(..) {
-            let overran = self.cqs.overran(cq);
-            self.cqs.complete(cq, &wc, self.counters);
-            *self.sweep |= !overran && self.cqs.overran(cq);
-        }
+        *self.sweep |= self
+            .cqs
+            .complete_all(self.completions.drain(..), self.counters);
         self.active.insert(qp.qpn);
         result
     }

@@ -17,7 +17,8 @@ use crate::transport::{self, ip_addresses, Event};
 use crate::types::QpType;
 
 impl Engine {
-    pub(super) fn handle_frame(&mut self, buf: FrameBuf) {
+    /// Takes in one frame that arrived by `now`.
+    pub(super) fn handle_frame(&mut self, buf: FrameBuf, now: Instant) {
         let c = &self.counters;
         counters::bump(&c.rx_frames);
         counters::add(&c.rx_bytes, buf.len() as u64);
@@ -79,7 +80,7 @@ impl Engine {
         if transport == Transport::Cnp {
             let (qps, mut io) = self.io();
             match qps.get_mut(bth.dest_qp) {
-                Some(qp) => io.drive(qp, Instant::now(), crate::dcqcn::on_cnp),
+                Some(qp) => io.drive(qp, now, crate::dcqcn::on_cnp),
                 None => crate::dcqcn::no_qp_for_cnp(&self.counters),
             }
             return;
@@ -144,7 +145,7 @@ impl Engine {
             // The receives posted so far are there for the responder to take.
             qp.fetch_receives();
         }
-        let ack_due = io.drive(qp, Instant::now(), |qp, ctx| {
+        let ack_due = io.drive(qp, now, |qp, ctx| {
             crate::dcqcn::on_arrival(qp, ctx, &frame.repr.network);
             transport::on_packet(qp, ctx, &frame)
         });

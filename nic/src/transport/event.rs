@@ -436,7 +436,41 @@ impl Event<'_> {
 
     /// Writes the event as a tracing log line: the one place the NIC's decisions are put into
     /// words. Every line carries the event's kind in its `event` field.
+    ///
+    /// The events of every packet's good path are trace lines, and trace is almost always off:
+    /// those return at once, without the call and the per-line checks of [`Event::write_log`]
+    /// (a few percent of a small message's instructions).
+    #[inline]
     pub fn log(&self) {
+        if self.is_per_packet() && !tracing::enabled!(tracing::Level::TRACE) {
+            return;
+        }
+        self.write_log();
+    }
+
+    /// Whether the event is one of those most packets make on their good path (all of them
+    /// trace lines).
+    #[inline]
+    fn is_per_packet(&self) -> bool {
+        matches!(
+            self,
+            Event::FrameIn { .. }
+                | Event::IcrcOk
+                | Event::InSequence
+                | Event::RkeyChecked { .. }
+                | Event::SendPlaced { .. }
+                | Event::WritePlaced { .. }
+                | Event::AckHeld { .. }
+                | Event::AckSent { .. }
+                | Event::ReadResponseSent { .. }
+                | Event::ReadResponsePlaced { .. }
+                | Event::ReceiveCompleted { .. }
+                | Event::PacketSent { .. }
+                | Event::SendCompleted { .. }
+        )
+    }
+
+    fn write_log(&self) {
         let event = self.kind().name();
         match *self {
             Event::FrameIn { len } => trace!(event, len, "frame in: headers parsed"),
@@ -739,5 +773,92 @@ mod tests {
             assert_eq!(EventKind::from_name(kind.name()), Some(*kind));
         }
         assert_eq!(EventKind::from_name("ACK sent"), None);
+    }
+
+    /// The levels of the lines a subscriber is given.
+    struct Levels(std::sync::Arc<std::sync::Mutex<Vec<tracing::Level>>>);
+
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Levels {
+        fn on_event(
+            &self,
+            event: &tracing::Event<'_>,
+            _: tracing_subscriber::layer::Context<'_, S>,
+        ) {
+            self.0.lock().unwrap().push(*event.metadata().level());
+        }
+    }
+
+    /// The lines `event` writes with every level enabled, and with only DEBUG and above.
+    fn logged(event: &Event<'_>) -> (Vec<tracing::Level>, Vec<tracing::Level>) {
+        use tracing_subscriber::layer::SubscriberExt;
+        let mut runs = [tracing::Level::TRACE, tracing::Level::DEBUG].map(|max| {
+            let levels: std::sync::Arc<std::sync::Mutex<Vec<_>>> = std::sync::Arc::default();
+            let subscriber = tracing_subscriber::registry()
+                .with(Levels(std::sync::Arc::clone(&levels)))
+                .with(tracing_subscriber::filter::LevelFilter::from_level(max));
+            tracing::subscriber::with_default(subscriber, || event.log());
+            let written = std::mem::take(&mut *levels.lock().unwrap());
+            written
+        });
+        (std::mem::take(&mut runs[0]), std::mem::take(&mut runs[1]))
+    }
+
+    #[test]
+    fn per_packet_events_are_trace_lines_and_are_still_written_when_trace_is_on() {
+        let per_packet = [
+            Event::FrameIn { len: 64 },
+            Event::IcrcOk,
+            Event::InSequence,
+            Event::RkeyChecked {
+                write: true,
+                rkey: 0x100,
+                va: 0x1000,
+                len: 64,
+                npkts: 1,
+            },
+            Event::SendPlaced { offset: 0, len: 8 },
+            Event::WritePlaced {
+                region: Some("r"),
+                region_offset: 0,
+                len: 64,
+            },
+            Event::AckHeld { psn: 1 },
+            Event::AckSent {
+                psn: 1,
+                syndrome: Syndrome::Ack { credits: 31 },
+            },
+            Event::ReadResponseSent { psn: 2, len: 64 },
+            Event::ReadResponsePlaced { offset: 0, len: 64 },
+            Event::ReceiveCompleted {
+                wr_id: 3,
+                status: WcStatus::Success,
+                len: 64,
+            },
+            Event::PacketSent {
+                payload: 64,
+                ack_req: true,
+            },
+            Event::SendCompleted {
+                qpn: 17,
+                wr_id: 1,
+                status: WcStatus::Success,
+            },
+        ];
+        for event in &per_packet {
+            assert!(event.is_per_packet(), "{:?}", event.kind());
+            assert_eq!(
+                logged(event),
+                (vec![tracing::Level::TRACE], vec![]),
+                "{:?}",
+                event.kind()
+            );
+        }
+        // Another event is written whatever its level.
+        let nak = Event::SequenceNak { expected: 5 };
+        assert!(!nak.is_per_packet());
+        assert_eq!(
+            logged(&nak),
+            (vec![tracing::Level::DEBUG], vec![tracing::Level::DEBUG])
+        );
     }
 }
