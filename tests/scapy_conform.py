@@ -26,6 +26,8 @@ SEND_FIRST, SEND_MIDDLE, SEND_LAST, SEND_ONLY = 0x00, 0x01, 0x02, 0x04
 WRITE_FIRST, WRITE_LAST, WRITE_ONLY = 0x06, 0x08, 0x0A
 READ_REQUEST, RR_FIRST, RR_MIDDLE, RR_LAST, RR_ONLY = 0x0C, 0x0D, 0x0E, 0x0F, 0x10
 ACKNOWLEDGE, ATOMIC_ACK, FETCH_ADD = 0x11, 0x12, 0x14
+CNP = 0x81
+ECN_CE = 3
 UC_SEND_ONLY, UD_SEND_ONLY = 0x24, 0x64
 ACK, NAK_SEQ = 0x1F, 0x60
 GSI_QKEY = 0x80010000
@@ -42,10 +44,10 @@ class Capture:
         self.frames = []
         self.t = 1_700_000_000.0
 
-    def _add(self, src, dst, opcode, psn, dqpn, body, pad, ackreq, dt):
+    def _add(self, src, dst, opcode, psn, dqpn, body, pad, ackreq, dt, tos=0):
         self.t += dt
         frame = (Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
-                 / IP(src=src, dst=dst, flags="DF", ttl=64)
+                 / IP(src=src, dst=dst, flags="DF", ttl=64, tos=tos)
                  / UDP(sport=0xC123, dport=4791, chksum=0)
                  / BTH(opcode=opcode, padcount=pad, dqpn=dqpn, ackreq=ackreq, psn=psn & 0xFFFFFF)
                  / body)
@@ -53,11 +55,16 @@ class Capture:
         self.frames.append(frame)
         return len(self.frames)
 
-    def req(self, opcode, psn, payload=0, ext=b"", dt=0.0001, src=A, dst=B, dqpn=QB):
+    def req(self, opcode, psn, payload=0, ext=b"", dt=0.0001, src=A, dst=B, dqpn=QB, tos=0):
         """A request from A; `payload` is a length (bytes of a pattern) or bytes."""
         data = payload if isinstance(payload, bytes) else bytes(i % 251 for i in range(payload))
         pad = (4 - len(data) % 4) % 4
-        return self._add(src, dst, opcode, psn, dqpn, Raw(ext + data + b"\0" * pad), pad, 1, dt)
+        return self._add(src, dst, opcode, psn, dqpn, Raw(ext + data + b"\0" * pad), pad, 1, dt,
+                         tos)
+
+    def cnp(self):
+        """A congestion notification from B to A's QP (RoCEv2 annex A17.9: 16 reserved bytes)."""
+        return self._add(B, A, CNP, 0, QA, Raw(b"\0" * 16), 0, 0, 0.0001)
 
     def ans(self, opcode, psn, syndrome=ACK, msn=0, payload=0, extra=b"", dt=0.0001, aeth=True):
         """An answer from B: an ACK or NAK, a READ response or an atomic ACK."""
@@ -299,6 +306,23 @@ case("nak-go-back-bend", None, lambda c: nak(1)(c) and [])
 case("ack-coverage-break", "ack-coverage", nak(0, ack_without_resend=True))
 
 
+def go_back_crossing_nak(c):
+    """A probe resends the lost PSN before the NAK for it arrives: the responder acknowledges
+    beyond it with no copy sent after the NAK, legally (our own NIC under loss does this)."""
+    p = c.mtu_1024()
+    for i in range(4):
+        c.req(SEND_ONLY, p + i, 16)
+    c.ans(ACKNOWLEDGE, p, msn=2)
+    for i in range(1, 4):
+        c.req(SEND_ONLY, p + i, 16, dt=0.001 if i == 1 else 0.0001)
+    c.ans(ACKNOWLEDGE, p + 1, syndrome=NAK_SEQ, msn=2)
+    c.ans(ACKNOWLEDGE, p + 3, msn=5)
+    return []
+
+
+case("ack-coverage-race-bend", None, go_back_crossing_nak)
+
+
 # --- rnr-wait ---------------------------------------------------------------------------------
 def rnr(wait):
     def build(c):
@@ -445,6 +469,24 @@ case("atomic-replay-break", "atomic-replay", atomic_replay(6))
 case("atomic-replay-bend", None, lambda c: atomic_replay(5)(c) and [])
 
 
+def atomic_answer_lost(c):
+    """Both answers lost; after the timeout the responder acknowledges the duplicate SEND up to
+    the atomic it executed — a plain ACK for the atomic's PSN: its answer was lost, and the
+    requester asks again at once (an implied NAK), before the replayed answer arrives."""
+    p = c.mtu_1024()
+    c.req(SEND_ONLY, p, 16)
+    c.req(FETCH_ADD, p + 1, 0, atomic_eth())
+    c.req(SEND_ONLY, p, 16, dt=0.2)
+    c.req(FETCH_ADD, p + 1, 0, atomic_eth())
+    c.ans(ACKNOWLEDGE, p + 1, msn=3)
+    c.req(FETCH_ADD, p + 1, 0, atomic_eth(), dt=0.00001)
+    c.ans(ATOMIC_ACK, p + 1, msn=3, extra=struct.pack("!Q", 5))
+    return []
+
+
+case("atomic-answer-lost-bend", None, atomic_answer_lost)
+
+
 # --- UD ---------------------------------------------------------------------------------------
 case("ud-gsi-qkey-break", "ud-gsi-qkey", lambda c: [c.ud(0x1234, 1, 1, b"\0" * 256)])
 case("ud-gsi-qkey-bend", None, lambda c: c.ud(GSI_QKEY, 1, 1, b"\0" * 256) and [])
@@ -452,6 +494,19 @@ case("ud-payload-break", "ud-payload", lambda c: [c.ud(0x42, 0x20, 0x30, b"\1" *
 case("ud-payload-bend", None, lambda c: c.ud(0x42, 0x20, 0x30, b"\1" * 4096) and [])
 case("ud-source-qp-break", "ud-source-qp", lambda c: [c.ud(0x42, 0, 0x30, b"\1" * 64)])
 case("ud-source-qp-bend", None, lambda c: c.ud(0x42, 1, 0x30, b"\1" * 64) and [])
+
+
+# --- CNPs and ECN marks: reported, never a violation ------------------------------------------
+def congestion(c):
+    p = c.mtu_1024()
+    c.req(SEND_ONLY, p, 16, tos=ECN_CE)
+    c.req(SEND_ONLY, p + 1, 16, tos=ECN_CE)
+    c.cnp()
+    c.ans(ACKNOWLEDGE, p + 1, msn=3)
+    return []
+
+
+case("cnp-ecn-bend", None, congestion)
 
 
 def main(out_dir):

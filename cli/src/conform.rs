@@ -18,6 +18,7 @@ Examples:
   roce conform --json capture.pcap | jq .        the same as one JSON object per capture
   roce conform --allow resend-cause rxe.pcap     accept a documented deviation
   roce conform --reordering faults.pcap          the network reorders: skip the order rules
+  roce conform --at 10.0.0.1 nic.pcap            taken at 10.0.0.1 (roce nic --faults --pcap)
   roce conform --rules                           list the rules with their citations
 
 Exit codes: 0 every rule held (or was allowed), 1 a rule was broken, 2 bad usage or input.";
@@ -30,12 +31,16 @@ pub struct Args {
     /// Accept a broken rule (its identifier, see --rules); repeat or separate with commas.
     #[arg(long, value_name = "RULE", value_delimiter = ',', value_parser = parse_rule)]
     allow: Vec<Rule>,
-    /// The network may reorder packets (fault injection, several paths), or the capture was
-    /// taken before faults that drop packets (`roce nic --faults --pcap`): do not judge the
+    /// The network may reorder packets (fault injection, several paths): do not judge the
     /// rules that depend on the order of the two directions (resend-cause, nak-go-back,
     /// ack-coverage). They are not judged either where a capture shows reordering.
     #[arg(long)]
     reordering: bool,
+    /// The capture was taken at the host with this address (`roce nic --pcap` records at the
+    /// NIC, before its own --faults drop what it sends): resend-cause is then judged only for
+    /// the requesters there, as an answer it sends may be lost or overtaken after the capture.
+    #[arg(long, value_name = "ADDRESS")]
+    at: Option<std::net::IpAddr>,
     /// List the rules, their identifiers and citations, and exit.
     #[arg(long, conflicts_with_all = ["json", "allow"])]
     rules: bool,
@@ -73,6 +78,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
                     reader,
                     conform::Options {
                         reordering: args.reordering,
+                        at: args.at,
                     },
                 )
             })
@@ -220,6 +226,13 @@ fn render_conversation(text: &mut String, c: &Conversation) {
         if d.packets == 0 && d.acks + d.read_responses + d.atomic_acks + d.rnr_naks == 0 {
             continue;
         }
+        if c.order_judged && !c.resends_judged[i] && c.transport == "RC" {
+            let _ = writeln!(
+                text,
+                "  taken elsewhere than at {}: its resends not judged (resend-cause)",
+                c.ends[i].addr
+            );
+        }
         let (from, to) = (&c.ends[i], &c.ends[1 - i]);
         if c.transport == "UD" {
             let _ = writeln!(
@@ -285,6 +298,7 @@ fn to_json(name: &str, report: &Report, allowed: &[Rule]) -> Value {
             "mtu_source": c.mtu_source,
             "started_late": c.started_late,
             "order_judged": c.order_judged,
+            "resends_judged": c.resends_judged,
             "directions": [counts_json(&c.directions[0]), counts_json(&c.directions[1])],
             "cnps": c.cnps,
             "ecn_ce": c.ecn_ce,

@@ -14,7 +14,8 @@
 //! The switch line holds `roce switch` flags (its ports are made here: one per NIC, in order);
 //! each `nic NAME IP` line may add `roce nic` flags. Every NIC is cabled to its port over UDP on
 //! loopback; the NICs find each other by ARP through the switch. The NICs run DCQCN (`roce nic
-//! --dcqcn`), as a fabric's NICs do, unless `up --no-dcqcn` or the NIC's line says `--no-dcqcn`.
+//! --dcqcn`), as a fabric's NICs do, unless `up --no-dcqcn` or the NIC's line says `--no-dcqcn`,
+//! and IRN's low retransmission timer (`--rto-low on`) unless the line says `--rto-low off`.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -362,6 +363,10 @@ fn up(args: UpArgs) -> Result<ExitCode, Failure> {
             let off = args.no_dcqcn || flags.iter().any(|f| f == NO_DCQCN);
             if !off && !flags.iter().any(|f| f == "--dcqcn") {
                 nic_args.push("--dcqcn".into());
+            }
+            // Switches drop: the fabric's NICs recover from a lost tail with the low timer.
+            if !flags.iter().any(|f| f.starts_with("--rto-low")) {
+                nic_args.extend(["--rto-low".into(), "on".into()]);
             }
             nic_args.extend(flags.iter().filter(|f| *f != NO_DCQCN).cloned());
             let mut running = Running::start(name, &nic_args)?;

@@ -100,6 +100,13 @@ pub struct Args {
     /// see docs/rxe-differences.md.
     #[arg(long)]
     rxe_compat: bool,
+    /// IRN's two-level retransmission timer: with at most 3 packets unacknowledged (or a tail
+    /// probe out), an RC requester goes back after a timeout from the measured round trip
+    /// (RFC 6298's SRTT + 4 RTTVAR, at least 100 µs, at most the QP's timeout) instead of
+    /// waiting for the QP's Local ACK Timeout; it spends no retry. A deviation from the IBTA's
+    /// one timer: see docs/rxe-differences.md.
+    #[arg(long, value_name = "on|off", default_value = "off", value_parser = on_off, action = clap::ArgAction::Set)]
+    rto_low: bool,
     /// The port's P_Key table, in hex: the partitions it belongs to, 0x8000 set for a full
     /// member (default 0xffff, full member of the default partition; 0x7fff is a limited member
     /// of it, which talks to full members only). A QP's pkey_index picks its entry.
@@ -129,6 +136,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         neighbours: &args.neighbours,
         rxe_compat: args.rxe_compat,
     })?;
+    config.rto_low = args.rto_low;
     // Hosts in other processes map the rings: memfds named after the NIC.
     config.rings = RingMemory::Shared {
         prefix: args.name.clone(),
@@ -192,4 +200,13 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     server.stop();
     say!("{name} stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// Reads `on` or `off`.
+fn on_off(text: &str) -> Result<bool, String> {
+    match text {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("`{text}`: on or off")),
+    }
 }

@@ -38,6 +38,37 @@ fn a_conformant_capture_exits_0_with_its_conversations() {
         .ends_with("52 frames, 52 RoCE (0 bad ICRC, 0 malformed), 4 conversations: conformant"));
 }
 
+/// `--at ADDRESS`: the capture was taken at that host, so only its requesters' resends are
+/// judged (an answer it sent may not have reached a requester elsewhere).
+#[test]
+fn at_names_where_the_capture_was_taken() {
+    let recording = capture("all-verbs.pcap");
+    let out = conform(&["--at", "10.0.0.2", &recording]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout
+            .contains("  taken elsewhere than at 10.0.0.1: its resends not judged (resend-cause)"),
+        "{stdout}"
+    );
+    let json: Value =
+        serde_json::from_slice(&conform(&["--json", "--at", "10.0.0.1", &recording]).stdout)
+            .unwrap();
+    assert_eq!(
+        json["conversations"][0]["resends_judged"],
+        serde_json::json!([true, false])
+    );
+    let all: Value = serde_json::from_slice(&conform(&["--json", &recording]).stdout).unwrap();
+    assert_eq!(
+        all["conversations"][0]["resends_judged"],
+        serde_json::json!([true, true])
+    );
+    assert_eq!(
+        conform(&["--at", "host-a", &recording]).status.code(),
+        Some(2)
+    );
+}
+
 #[test]
 fn a_broken_rule_exits_1_with_its_frames_unless_allowed() {
     // The opcode gallery's FIRST packets carry a few bytes, not a path MTU.

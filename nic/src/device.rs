@@ -42,6 +42,11 @@ pub struct DeviceConfig {
     pub resolve_timeout: Duration,
     /// Follow Soft-RoCE where it deviates from the IBTA spec.
     pub rxe_compat: bool,
+    /// IRN's two-level retransmission timer: with few packets unacknowledged, an RC requester
+    /// also goes back after a timeout from the measured round trip (see
+    /// [`crate::transport::requester::rto_low`]), not only after the QP's Local ACK Timeout.
+    /// Off by default: the IBTA knows one timer (docs/rxe-differences.md).
+    pub rto_low: bool,
     /// DCQCN congestion control: ECT(0) on everything sent, CNPs for marked packets, a rate
     /// limiter per QP. `None` (the default): off, as Soft-RoCE has none.
     pub dcqcn: Option<crate::dcqcn::Params>,
@@ -79,6 +84,7 @@ impl DeviceConfig {
             neighbours: Vec::new(),
             resolve_timeout: DEFAULT_RESOLVE_TIMEOUT,
             rxe_compat: false,
+            rto_low: false,
             dcqcn: None,
             pkeys: crate::pkey::PKeyTable::default(),
             rings: RingMemory::Private,
@@ -239,6 +245,7 @@ impl Device {
             counters: Arc::clone(&counters),
             rings: config.rings.clone(),
             rxe_compat: config.rxe_compat,
+            rto_low: config.rto_low,
             dcqcn: config.dcqcn,
             limits: config.limits,
             cm_response_timeout: config.cm_response_timeout,

@@ -251,6 +251,9 @@ pub struct Qp {
     pub sq_sig_all: bool,
     /// Follow Soft-RoCE where it deviates from the IBTA spec (retry_cnt 7 retries for ever).
     pub rxe_compat: bool,
+    /// Runs IRN's low retransmission timer beside the configured one (see
+    /// [`crate::transport::requester::rto_low`]).
+    pub rto_low: bool,
     /// The P_Key of the partition the QP is in (the port's table at `attrs.pkey_index`): in
     /// every packet it sends, and what every packet it takes must match.
     pub p_key: u16,
@@ -319,6 +322,7 @@ impl Qp {
             recv: RecvState::new(0, &cap),
             sq_sig_all,
             rxe_compat: false,
+            rto_low: false,
             p_key: pkey::DEFAULT,
             congestion: None,
             srq: None,
@@ -628,6 +632,7 @@ impl Qp {
         }
         self.state = QpState::Err;
         self.send.timer = None;
+        self.send.low_timer = None;
         self.send.rnr_wait = None;
         self.send.probe_at = None;
         responder::stop(self);
@@ -643,6 +648,7 @@ impl Qp {
             crate::transport::completer::complete_head(self, ctx, WcStatus::WrFlushErr);
         }
         self.send.timer = None;
+        self.send.low_timer = None;
         self.send.rnr_wait = None;
         responder::flush_receives(self, ctx);
     }
@@ -671,6 +677,7 @@ impl Qp {
     pub fn deadline(&self) -> Option<std::time::Instant> {
         [
             self.send.timer,
+            self.send.low_timer,
             self.send.rnr_wait.map(|w| w.0),
             self.send.probe_at,
         ]

@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod bundled;
+pub mod model;
 pub mod netns;
 pub mod oracle;
 

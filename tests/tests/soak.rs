@@ -12,6 +12,7 @@ use roce_nic::link::faults::{FaultSpec, Faulty};
 use roce_nic::link::mem;
 use roce_nic::testbed::*;
 use roce_nic::verbs::*;
+use roce_tests::model::{Atomic, Model};
 
 const REGION: usize = 48 << 20;
 /// Target memory the WRITEs may touch; above it: receive buffers and atomic counters.
@@ -39,22 +40,7 @@ enum Op {
         data: Vec<u8>,
         imm: Option<u32>,
     },
-    FetchAdd {
-        counter: usize,
-        add: u64,
-        expect: u64,
-    },
-    CmpSwap {
-        counter: usize,
-        compare: u64,
-        swap: u64,
-        expect: u64,
-    },
-}
-
-struct Model {
-    memory: Vec<u8>,
-    counters: [u64; N_COUNTERS],
+    Atomic(Atomic),
 }
 
 fn random_len(rng: &mut XorShiftRng, max: usize) -> usize {
@@ -73,7 +59,7 @@ fn random_op(rng: &mut XorShiftRng, model: &mut Model, max: usize) -> Op {
             let len = random_len(rng, max);
             let dst = rng.random_range(0..=WRITE_AREA - len);
             let data: Vec<u8> = (0..len).map(|_| rng.random()).collect();
-            model.memory[dst..dst + len].copy_from_slice(&data);
+            model.write(dst, &data);
             Op::Write { dst, data, imm }
         }
         4..6 => {
@@ -81,7 +67,7 @@ fn random_op(rng: &mut XorShiftRng, model: &mut Model, max: usize) -> Op {
             let src = rng.random_range(0..=WRITE_AREA - len);
             Op::Read {
                 src,
-                expect: model.memory[src..src + len].to_vec(),
+                expect: model.read(src, len),
             }
         }
         6..8 => {
@@ -91,37 +77,7 @@ fn random_op(rng: &mut XorShiftRng, model: &mut Model, max: usize) -> Op {
                 imm,
             }
         }
-        8 => {
-            let counter = rng.random_range(0..N_COUNTERS);
-            let add = rng.random_range(1..1000);
-            let expect = model.counters[counter];
-            model.counters[counter] = expect.wrapping_add(add);
-            Op::FetchAdd {
-                counter,
-                add,
-                expect,
-            }
-        }
-        _ => {
-            let counter = rng.random_range(0..N_COUNTERS);
-            let expect = model.counters[counter];
-            // Half the time the compare matches.
-            let compare = if rng.random_bool(0.5) {
-                expect
-            } else {
-                expect ^ 1
-            };
-            let swap = rng.random();
-            if compare == expect {
-                model.counters[counter] = swap;
-            }
-            Op::CmpSwap {
-                counter,
-                compare,
-                swap,
-                expect,
-            }
-        }
+        _ => Op::Atomic(model.atomic(rng)),
     }
 }
 
@@ -190,26 +146,8 @@ fn post_batch(p: &Pair, ops: &[Op], first_wr: u64) -> Vec<ExpectedReceive> {
                 };
                 (op, p.a.mr.sge(slot, data.len() as u32))
             }
-            Op::FetchAdd { counter, add, .. } => (
-                SendOp::AtomicFetchAndAdd {
-                    remote_addr: counter_va(*counter),
-                    rkey,
-                    add: *add,
-                },
-                p.a.mr.sge(slot, 8),
-            ),
-            Op::CmpSwap {
-                counter,
-                compare,
-                swap,
-                ..
-            } => (
-                SendOp::AtomicCmpAndSwp {
-                    remote_addr: counter_va(*counter),
-                    rkey,
-                    compare: *compare,
-                    swap: *swap,
-                },
+            Op::Atomic(atomic) => (
+                atomic.send_op(counter_va(atomic.counter), rkey),
                 p.a.mr.sge(slot, 8),
             ),
         };
@@ -263,10 +201,7 @@ fn soak(spec: FaultSpec, messages: usize, max_len: usize, timeout_attr: u8, rxe_
     .unwrap();
     let seed = spec.seed;
     let mut rng = XorShiftRng::seed_from_u64(seed);
-    let mut model = Model {
-        memory: vec![0; WRITE_AREA],
-        counters: [0; N_COUNTERS],
-    };
+    let mut model = Model::new(vec![0; WRITE_AREA], N_COUNTERS);
     let started = Instant::now();
     let mut done = 0;
     while done < messages {
@@ -300,10 +235,10 @@ fn soak(spec: FaultSpec, messages: usize, max_len: usize, timeout_attr: u8, rxe_
                         "seed {seed}: READ {wr_id} returned wrong data"
                     )
                 }
-                Op::FetchAdd { expect, .. } | Op::CmpSwap { expect, .. } => {
+                Op::Atomic(atomic) => {
                     assert_eq!(
                         p.a.read(slot, 8),
-                        expect.to_ne_bytes(),
+                        atomic.expect.to_ne_bytes(),
                         "seed {seed}: atomic {wr_id}"
                     )
                 }

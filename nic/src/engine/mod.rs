@@ -91,6 +91,8 @@ pub(crate) struct Engine {
     counters: Arc<Counters>,
     rings: RingMemory,
     rxe_compat: bool,
+    /// Whether RC QPs run the low retransmission timer.
+    rto_low: bool,
     /// DCQCN's parameters, when the NIC runs it: every connected QP gets both ends.
     dcqcn: Option<crate::dcqcn::Params>,
     limits: crate::limits::Limits,
@@ -141,6 +143,7 @@ pub(crate) struct Setup {
     pub counters: Arc<Counters>,
     pub rings: RingMemory,
     pub rxe_compat: bool,
+    pub rto_low: bool,
     pub dcqcn: Option<crate::dcqcn::Params>,
     pub limits: crate::limits::Limits,
     pub cm_response_timeout: u8,
@@ -179,6 +182,7 @@ impl Engine {
             counters: setup.counters,
             rings: setup.rings,
             rxe_compat: setup.rxe_compat,
+            rto_low: setup.rto_low,
             dcqcn: setup.dcqcn,
             limits: setup.limits,
             client_hosts: HashMap::new(),

@@ -434,6 +434,7 @@ impl Engine {
             sq_sig_all,
         )?;
         qp.rxe_compat = self.rxe_compat;
+        qp.rto_low = self.rto_low;
         let with_srq = srq.is_some();
         qp.srq = srq;
         if qp_type != QpType::Ud {

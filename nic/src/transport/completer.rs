@@ -10,7 +10,7 @@ use roce_wire::{bth, Extensions, Kind};
 use std::time::Instant;
 
 use super::event::{Answer, GoBackReason, Timeout};
-use super::requester::retransmit_timeout;
+use super::requester::{self, retransmit_timeout};
 use super::{psn, rules, scatter, Ctx, ErrorCause, Event};
 use crate::counters;
 use crate::qp::Qp;
@@ -130,6 +130,8 @@ fn advance_una(qp: &mut Qp, ctx: &mut Ctx<'_>, to: u32) {
     } else {
         retransmit_timeout(qp.attrs.timeout).map(|t| ctx.now + t)
     };
+    qp.send.low_backoff = 0;
+    requester::arm_low_timer(qp, ctx.now, false, false);
 }
 
 fn on_nak(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, code: NakCode) {
@@ -195,6 +197,7 @@ fn on_rnr_nak(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, timer: u8) {
     });
     qp.send.rnr_wait = Some((ctx.now + wait, p));
     qp.send.timer = None;
+    qp.send.low_timer = None;
     // The RNR retry is the next word on the line; a probe armed before would only double it.
     qp.send.probe_at = None;
 }
@@ -304,10 +307,16 @@ pub fn on_timers(qp: &mut Qp, ctx: &mut Ctx<'_>) {
             // starts over from it.
             qp.send.probe_spent = true;
             if use_retry(qp) {
-                super::requester::probe(qp, ctx);
+                requester::probe(qp, ctx);
                 qp.send.timer = retransmit_timeout(qp.attrs.timeout).map(|t| ctx.now + t);
+                // The probe is the one packet out that asks for an answer: if it is lost,
+                // nothing else brings one, and the low timer goes back.
+                requester::arm_low_timer(qp, ctx.now, true, false);
             }
         }
+    }
+    if qp.send.low_timer.is_some_and(|at| ctx.now >= at) {
+        on_low_timer(qp, ctx);
     }
     if let Some((at, p)) = qp.send.rnr_wait {
         if ctx.now >= at {
@@ -336,12 +345,35 @@ pub fn on_timers(qp: &mut Qp, ctx: &mut Ctx<'_>) {
         fail_head(qp, ctx, WcStatus::RetryExcErr);
         return;
     }
+    timeout_go_back(qp, ctx, false);
+    qp.send.timer = retransmit_timeout(qp.attrs.timeout).map(|t| ctx.now + t);
+    requester::arm_low_timer(qp, ctx.now, false, false);
+}
+
+/// The low retransmission timer fired (see [`requester::rto_low`]): a timeout like the
+/// configured timer's, which spends no retry and leaves the configured timer running; the
+/// next low wait is twice as long, until the responder shows progress.
+fn on_low_timer(qp: &mut Qp, ctx: &mut Ctx<'_>) {
+    qp.send.low_timer = None;
+    if qp.send.una == qp.send.high || qp.sq.is_empty() || qp.send.rnr_wait.is_some() {
+        return;
+    }
+    counters::bump(&ctx.counters.retransmit_timeouts);
+    timeout_go_back(qp, ctx, true);
+    qp.send.low_backoff += 1;
+    requester::arm_low_timer(qp, ctx.now, true, false);
+}
+
+/// A retransmission timeout's go-back: from the oldest unacknowledged packet, the window at
+/// its minimum, no probe after it (it asks for an answer itself).
+fn timeout_go_back(qp: &mut Qp, ctx: &mut Ctx<'_>, low: bool) {
     let from = qp.send.una;
     qp.send.window.on_timeout(qp.send.high);
     let head = qp.sq.entry(qp.sq.head);
     ctx.event(Event::RetransmitTimeout(Timeout {
         qpn: qp.qpn,
         psn: from,
+        low,
         retries_left: qp.send.retry_left,
         high: qp.send.high,
         peer_high: qp.send.peer_high,
@@ -355,10 +387,10 @@ pub fn on_timers(qp: &mut Qp, ctx: &mut Ctx<'_>) {
     if qp.sq.rewind_to(from) {
         qp.send.recovering = Some(from);
     }
-    // The go-back asks for an answer itself; a probe after it would only be another copy.
+    // Karn: a round trip timed across a resend measures nothing.
+    qp.send.rtt_sample = None;
     qp.send.probe_at = None;
     qp.send.probe_spent = true;
-    qp.send.timer = retransmit_timeout(qp.attrs.timeout).map(|t| ctx.now + t);
 }
 
 /// The responder has received everything before `received_before`. If that is news, it is alive
@@ -374,13 +406,17 @@ fn peer_progress(qp: &mut Qp, received_before: u32, now: Instant) {
     if let Some((p, sent)) = qp.send.rtt_sample {
         if psn::before(p, received_before) {
             let sample = now.saturating_duration_since(sent);
-            let s = &mut qp.send.srtt;
-            *s = if s.is_zero() {
-                sample
+            let send = &mut qp.send;
+            // RFC 6298 §2: RTTVAR from the first sample's half, then both smoothed.
+            if send.srtt.is_zero() {
+                send.srtt = sample;
+                send.rttvar = sample / 2;
             } else {
-                (*s * 7 + sample) / 8
-            };
-            qp.send.rtt_sample = None;
+                let error = send.srtt.abs_diff(sample);
+                send.rttvar = (send.rttvar * 3 + error) / 4;
+                send.srtt = (send.srtt * 7 + sample) / 8;
+            }
+            send.rtt_sample = None;
         }
     }
 }
@@ -403,6 +439,7 @@ fn go_back(qp: &mut Qp, ctx: &mut Ctx<'_>, from: u32, why: GoBackReason) {
         why,
     });
     qp.send.window.on_loss(from, qp.send.high);
+    qp.send.rtt_sample = None;
     // What is sent again asks for an answer itself: no probe on top of it.
     qp.send.probe_at = None;
     if qp.sq.rewind_to(from) {

@@ -276,6 +276,8 @@ pub enum Event<'a> {
 pub struct Timeout {
     pub qpn: u32,
     pub psn: u32,
+    /// The low timer fired (IRN's RTO_low, which spends no retry), not the configured one.
+    pub low: bool,
     pub retries_left: u8,
     pub high: u32,
     pub peer_high: u32,
@@ -680,6 +682,7 @@ impl Event<'_> {
                 event,
                 qpn = t.qpn,
                 psn = t.psn,
+                low = t.low,
                 retries_left = t.retries_left,
                 high = t.high,
                 peer_high = t.peer_high,

@@ -296,7 +296,7 @@ pub fn poll(qp: &mut Qp, ctx: &mut Ctx<'_>, budget: usize) -> bool {
             && !send.probe_spent
         {
             qp.send.probe_at =
-                requester::probe_interval(send, qp.attrs.timeout).map(|i| ctx.now + i);
+                requester::probe_interval(send, qp.attrs.timeout, qp.rto_low).map(|i| ctx.now + i);
         }
     }
     // A request that failed before anything was sent completes once it is the head.

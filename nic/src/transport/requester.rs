@@ -50,6 +50,13 @@ pub struct SendState {
     pub recovering: Option<u32>,
     /// Smoothed round trip from a packet with AckReq to its acknowledgement.
     pub srtt: Duration,
+    /// How much the round trip varies (RFC 6298's RTTVAR): with `srtt`, the low timer.
+    pub rttvar: Duration,
+    /// When the low retransmission timer fires (see [`rto_low`]): armed only on a QP that runs
+    /// it, with at most [`RTO_LOW_PACKETS`] unacknowledged or a probe out.
+    pub low_timer: Option<Instant>,
+    /// Low-timer expiries since the responder last showed progress: each doubles the next.
+    pub low_backoff: u32,
     /// The packet being timed for the round trip, and when it left.
     pub rtt_sample: Option<(u32, Instant)>,
     /// When to probe a quiet line (see [`probe`]).
@@ -64,6 +71,64 @@ pub struct SendState {
 /// The retransmission timeout of the `timeout` attribute: 4.096 µs × 2^timeout (0 = none).
 pub fn retransmit_timeout(timeout: u8) -> Option<Duration> {
     (timeout != 0).then(|| Duration::from_nanos(4096u64 << timeout.min(31)))
+}
+
+/// The most packets unacknowledged for which the low timer runs: IRN's N (Mittal et al.,
+/// "Revisiting Network Support for RDMA", SIGCOMM 2018, §3.1). With more in flight, a loss is
+/// revealed by the packets after it (the responder's sequence NAK) or by the tail probe.
+pub const RTO_LOW_PACKETS: u32 = 3;
+/// The least the low timer waits: IRN's RTO_low. A timer from the measured round trip alone
+/// would fire at once on a line whose round trips were all a few microseconds.
+pub const RTO_LOW_FLOOR: Duration = Duration::from_micros(100);
+/// The most consecutive doublings of the low timer: a silent responder gets at most this many
+/// copies more per configured timeout than with the configured timer alone.
+const RTO_LOW_MAX_BACKOFF: u32 = 10;
+
+/// IRN's two-level retransmission timer, low level: how long a QP with few packets
+/// unacknowledged waits for an answer before it goes back — from the measured round trip as
+/// RFC 6298 computes a retransmission timeout (SRTT + 4 × RTTVAR), never below
+/// [`RTO_LOW_FLOOR`] nor above the QP's configured timeout (its Local ACK Timeout). `None`
+/// before the first round trip is measured, and on a QP without a retransmission timer.
+///
+/// A low-timer expiry is a retransmission timeout like the configured timer's (the same
+/// go-back, the same counter and event), but it spends no retry: the IBTA's retry count
+/// bounds the retries after the transport timer (the Local ACK Timeout the QP was given)
+/// expires, and a low timer that spent retries would fail a QP whose peer merely paused for a
+/// millisecond. The configured timer
+/// keeps running beside it, so a silent peer still fails after (1 + retry_cnt) configured
+/// timeouts, as without the low timer.
+pub fn rto_low(send: &SendState, timeout: u8) -> Option<Duration> {
+    let configured = retransmit_timeout(timeout)?;
+    if send.srtt.is_zero() {
+        return None;
+    }
+    let rto = (send.srtt + send.rttvar * 4).max(RTO_LOW_FLOOR);
+    let backed_off = rto.saturating_mul(1 << send.low_backoff.min(RTO_LOW_MAX_BACKOFF));
+    Some(backed_off.min(configured))
+}
+
+/// Arms the low timer of a QP that runs it, if few enough packets are unacknowledged (or
+/// `probe`: one packet that asks for an answer is out, and nothing else will bring one);
+/// disarms it otherwise. `keep`: an armed low timer stays as it is (a new packet does not
+/// postpone the wait for the older ones).
+pub fn arm_low_timer(qp: &mut Qp, now: Instant, probe: bool, keep: bool) {
+    let send = &mut qp.send;
+    let outstanding = psn::diff(send.high, send.una).max(0) as u32;
+    let wanted = qp.rto_low
+        && qp.qp_type == QpType::Rc
+        && outstanding > 0
+        && (probe || outstanding <= RTO_LOW_PACKETS);
+    if !wanted {
+        send.low_timer = None;
+        return;
+    }
+    if keep && send.low_timer.is_some() {
+        return;
+    }
+    send.low_timer = rto_low(send, qp.attrs.timeout)
+        .map(|rto| now + rto)
+        // Past the configured timer the low one has nothing to add.
+        .filter(|at| send.timer.is_none_or(|t| *at < t));
 }
 
 /// Checks a fetched request against the QP before it is accepted.
@@ -159,8 +224,11 @@ pub fn run(qp: &mut Qp, ctx: &mut Ctx<'_>, budget: usize) -> usize {
             }
         }
     }
-    if sent > 0 && qp.qp_type == QpType::Rc && qp.send.timer.is_none() {
-        qp.send.timer = retransmit_timeout(qp.attrs.timeout).map(|t| ctx.now + t);
+    if sent > 0 && qp.qp_type == QpType::Rc {
+        if qp.send.timer.is_none() {
+            qp.send.timer = retransmit_timeout(qp.attrs.timeout).map(|t| ctx.now + t);
+        }
+        arm_low_timer(qp, ctx.now, false, true);
     }
     sent
 }
@@ -258,8 +326,17 @@ pub fn probe(qp: &mut Qp, ctx: &mut Ctx<'_>) {
 /// run for ten milliseconds. A probe sent because of that is a duplicate on a fault-free line
 /// (and a duplicate READ is answered in full again), so the probe waits out such stalls and
 /// still comes well before the timer.
-pub fn probe_interval(send: &SendState, timeout: u8) -> Option<Duration> {
+///
+/// With the low timer (`rto_low`) on a QP that has lost packets, the probe comes after the low
+/// timeout instead: its duplicates are what the low timer accepts anyway, and a quiet line
+/// with losses behind it is most likely one more.
+pub fn probe_interval(send: &SendState, timeout: u8, rto_low: bool) -> Option<Duration> {
     let t = retransmit_timeout(timeout)?;
+    if rto_low && send.window.probe_floor().is_some() {
+        if let Some(low) = self::rto_low(send, timeout) {
+            return Some(low.min(t / 2));
+        }
+    }
     let floor = send.window.probe_floor().map_or(t / 4, |f| f.min(t / 4));
     Some((send.srtt * 4).max(floor).min(t / 2))
 }

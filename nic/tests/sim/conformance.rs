@@ -465,3 +465,48 @@ fn an_atomic_ack_waits_for_the_read_responses_before_it() {
         ]
     );
 }
+
+/// The same order for a duplicate READ: a READ retried from its middle while the first answer
+/// is still queued is answered where that answer stood — before the atomic ACK behind it —
+/// not at the end of the queue. (Found by `roce conform` on our own NIC under loss: the atomic
+/// ACK left first, and the requester went back for the READ again.) rxe answers the original
+/// READ in full, the atomic, then the retry: every answer in the order of its request.
+#[test]
+fn a_duplicate_read_is_answered_before_the_atomic_ack_behind_it() {
+    let mut b = Bench::new(setup());
+    let add = Extensions {
+        atomic_eth: Some(atomic_eth::Repr {
+            va: b.node.va(8192),
+            r_key: b.node.mr.rkey,
+            swap_add: 1,
+            compare: 0,
+        }),
+        ..Extensions::default()
+    };
+    // The READ, the atomic after it, and the READ again from its last packet, arriving before
+    // the first answer has left (the requester took a response for lost).
+    b.deliver_batch(&[
+        (Kind::ReadRequest, PSN, reth(&b, 0, 3 * MTU, None), &[][..]),
+        (Kind::FetchAdd, PSN + 3, add, &[][..]),
+        (
+            Kind::ReadRequest,
+            PSN + 2,
+            reth(&b, 2 * MTU, MTU, None),
+            &[][..],
+        ),
+    ]);
+    let sent = kinds(&b.sent());
+    let atomic = sent
+        .iter()
+        .position(|&k| k == (Kind::AtomicAcknowledge, PSN + 3))
+        .expect("the atomic is acknowledged");
+    assert!(
+        sent[..atomic].contains(&(Kind::ReadResponseLast, PSN + 2)),
+        "the READ's last response comes before the atomic ACK: {sent:?}"
+    );
+    assert!(
+        sent[atomic..].iter().all(|&(_, p)| p == PSN + 3),
+        "{sent:?}"
+    );
+    assert_eq!(b.count(EventKind::DuplicateReadReplayed), 1);
+}

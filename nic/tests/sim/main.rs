@@ -10,12 +10,14 @@
 //!   `ROCE_SIM_TRACE` set, a failure ends with the last events of both nodes.
 //! - `throughput` (ignored: a measurement): a million messages under faults, with the rate.
 //! - [`conformance`]: scripted peers, one IBTA rule (or rxe behaviour) each.
+//! - [`low_timer`]: IRN's two-level retransmission timer, scripted and in random runs.
 //!
 //! The simulator is test code, outside the product crate: it drives the transport only
 //! through the API the engine uses (fetch, `transport::{on_packet, poll, on_timers}`,
 //! settle), so what it proves holds for the engine's transport, and nothing of it ships.
 
 mod conformance;
+mod low_timer;
 mod peer;
 
 mod workload;
@@ -39,12 +41,14 @@ fn case() -> impl Strategy<Value = Case> {
         (any::<u64>(), 1usize..60, mtu(), psn()),
         (0.0..0.15f64, 0.0..0.05f64, 0.0..0.03f64, 0.0..0.2f64),
         (any::<bool>(), 1usize..16, 1u8..=16, any::<bool>()),
+        any::<bool>(),
     )
         .prop_map(
             |(
                 (seed, ops, mtu, psn),
                 (loss, duplicate, corrupt, reorder),
                 (rnr, window, rd, both_ways),
+                rto_low,
             )| {
                 Case {
                     seed,
@@ -59,6 +63,7 @@ fn case() -> impl Strategy<Value = Case> {
                     window,
                     max_rd_atomic: rd,
                     both_ways,
+                    rto_low,
                 }
             },
         )
@@ -162,6 +167,7 @@ fn throughput() {
             window: 16,
             max_rd_atomic: 8,
             both_ways: ways == 2,
+            rto_low: seed % 2 == 1,
         };
         let outcome = workload::run(&case)
             .unwrap_or_else(|e| panic!("{e}\nreplay: {}", case.replay_command()));

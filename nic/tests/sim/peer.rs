@@ -50,6 +50,7 @@ pub fn setup() -> QpSetup {
         min_rnr_timer: 1,
         max_rd_atomic: 4,
         rxe_compat: false,
+        rto_low: false,
     }
 }
 

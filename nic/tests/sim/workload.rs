@@ -15,6 +15,8 @@ use rand_xorshift::XorShiftRng;
 use roce_nic::transport::EventKind;
 use roce_nic::verbs::{Mtu, RecvWr, SendFlags, SendOp, SendWr, Sge, WcOpcode, WcStatus};
 
+use roce_tests::model::{Atomic, Model};
+
 use super::world::{Faults, Nanos, QpSetup, World};
 
 /// Host memory of each node.
@@ -55,6 +57,8 @@ pub struct Case {
     pub max_rd_atomic: u8,
     /// B sends a mix of its own to A at the same time.
     pub both_ways: bool,
+    /// Both QPs run the low retransmission timer.
+    pub rto_low: bool,
 }
 
 impl Case {
@@ -79,7 +83,7 @@ impl fmt::Display for Case {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "seed={:#x},ops={},mtu={},psn={:#x},loss={},dup={},corrupt={},reorder={},rnr={},window={},rd={},both={}",
+            "seed={:#x},ops={},mtu={},psn={:#x},loss={},dup={},corrupt={},reorder={},rnr={},window={},rd={},both={},low={}",
             self.seed,
             self.ops,
             self.mtu.bytes(),
@@ -91,7 +95,8 @@ impl fmt::Display for Case {
             self.rnr,
             self.window,
             self.max_rd_atomic,
-            self.both_ways
+            self.both_ways,
+            self.rto_low
         )
     }
 }
@@ -113,6 +118,7 @@ impl FromStr for Case {
             window: 8,
             max_rd_atomic: 4,
             both_ways: false,
+            rto_low: false,
         };
         let int = |v: &str| -> Result<u64, String> {
             match v.strip_prefix("0x") {
@@ -139,6 +145,7 @@ impl FromStr for Case {
                 "window" => case.window = int(value)?.max(1) as usize,
                 "rd" => case.max_rd_atomic = int(value)?.clamp(1, 16) as u8,
                 "both" => case.both_ways = value == "true",
+                "low" => case.rto_low = value == "true",
                 _ => return Err(format!("unknown key {key}")),
             }
         }
@@ -166,17 +173,7 @@ enum Op {
         len: usize,
         expect: Vec<u8>,
     },
-    FetchAdd {
-        counter: usize,
-        add: u64,
-        expect: u64,
-    },
-    CmpSwap {
-        counter: usize,
-        compare: u64,
-        swap: u64,
-        expect: u64,
-    },
+    Atomic(Atomic),
 }
 
 /// A receive B should complete: the message's length, immediate and (SEND) data.
@@ -189,12 +186,11 @@ struct ExpectedReceive {
     src: Option<usize>,
 }
 
-/// The model of one direction: the requester's source data, the responder's target memory
-/// and counters as a sequential execution leaves them.
-struct Model {
+/// One direction's mix: the requester's source data, and the model of the responder's target
+/// memory and counters as a sequential execution leaves them (shared with the soak suite).
+struct Mix {
     a_data: Vec<u8>,
-    b_data: Vec<u8>,
-    counters: [u64; N_COUNTERS],
+    target: Model,
     /// B ranges recent READs read: a WRITE over one of them waits for the READ (FENCE), since
     /// a responder may read the memory of a READ after it executed later requests.
     recent_reads: Vec<(usize, usize)>,
@@ -209,13 +205,12 @@ fn random_len(rng: &mut XorShiftRng, mtu: usize) -> usize {
     }
 }
 
-impl Model {
-    fn new(rng: &mut XorShiftRng) -> Model {
+impl Mix {
+    fn new(rng: &mut XorShiftRng) -> Mix {
         let mut fill = |n: usize| (0..n).map(|_| rng.random()).collect::<Vec<u8>>();
-        Model {
+        Mix {
             a_data: fill(DATA),
-            b_data: fill(DATA),
-            counters: [0; N_COUNTERS],
+            target: Model::new(fill(DATA), N_COUNTERS),
             recent_reads: Vec::new(),
         }
     }
@@ -229,7 +224,7 @@ impl Model {
                 let dst = rng.random_range(0..=DATA - len);
                 let overlaps = |&(at, n): &(usize, usize)| dst < at + n && at < dst + len;
                 let fence = self.recent_reads.iter().any(overlaps);
-                self.b_data[dst..dst + len].copy_from_slice(&self.a_data[src..src + len]);
+                self.target.write(dst, &self.a_data[src..src + len]);
                 Op::Write {
                     src,
                     dst,
@@ -252,39 +247,10 @@ impl Model {
                 Op::Read {
                     src,
                     len,
-                    expect: self.b_data[src..src + len].to_vec(),
+                    expect: self.target.read(src, len),
                 }
             }
-            8 => {
-                let counter = rng.random_range(0..N_COUNTERS);
-                let add = rng.random_range(1..1000);
-                let expect = self.counters[counter];
-                self.counters[counter] = expect.wrapping_add(add);
-                Op::FetchAdd {
-                    counter,
-                    add,
-                    expect,
-                }
-            }
-            _ => {
-                let counter = rng.random_range(0..N_COUNTERS);
-                let expect = self.counters[counter];
-                let compare = if rng.random_bool(0.5) {
-                    expect
-                } else {
-                    rng.random_range(0..5)
-                };
-                let swap = rng.random();
-                if compare == expect {
-                    self.counters[counter] = swap;
-                }
-                Op::CmpSwap {
-                    counter,
-                    compare,
-                    swap,
-                    expect,
-                }
-            }
+            _ => Op::Atomic(self.target.atomic(rng)),
         }
     }
 }
@@ -315,7 +281,7 @@ struct Flow {
     from: usize,
     to: usize,
     rng: XorShiftRng,
-    model: Model,
+    model: Mix,
     ops: usize,
     next_op: usize,
     posted: VecDeque<Posted>,
@@ -331,7 +297,7 @@ struct Flow {
 impl Flow {
     fn new(from: usize, to: usize, seed: u64, ops: usize) -> Flow {
         let mut rng = XorShiftRng::seed_from_u64(seed);
-        let model = Model::new(&mut rng);
+        let model = Mix::new(&mut rng);
         Flow {
             from,
             to,
@@ -361,7 +327,7 @@ impl Flow {
             let op = self.model.op(&mut self.rng, mtu);
             let n = match op {
                 Op::Read { len, .. } => len,
-                Op::FetchAdd { .. } | Op::CmpSwap { .. } => 8,
+                Op::Atomic(_) => 8,
                 _ => 0,
             };
             if self.result_at + n > RESULTS.end {
@@ -424,27 +390,8 @@ impl Flow {
                     local(result_at, *len),
                     false,
                 ),
-                Op::FetchAdd { counter, add, .. } => (
-                    SendOp::AtomicFetchAndAdd {
-                        remote_addr: b.va(COUNTERS + 8 * counter),
-                        rkey,
-                        add: *add,
-                    },
-                    local(result_at, 8),
-                    false,
-                ),
-                Op::CmpSwap {
-                    counter,
-                    compare,
-                    swap,
-                    ..
-                } => (
-                    SendOp::AtomicCmpAndSwp {
-                        remote_addr: b.va(COUNTERS + 8 * counter),
-                        rkey,
-                        compare: *compare,
-                        swap: *swap,
-                    },
+                Op::Atomic(atomic) => (
+                    atomic.send_op(b.va(COUNTERS + 8 * atomic.counter), rkey),
                     local(result_at, 8),
                     false,
                 ),
@@ -545,7 +492,7 @@ impl Flow {
                     return Err(format!("READ {}: the data differs", posted.wr_id));
                 }
             }
-            Op::FetchAdd { expect, .. } | Op::CmpSwap { expect, .. } => {
+            Op::Atomic(Atomic { expect, .. }) => {
                 let got = read_u64(world, self.from, posted.result_at)?;
                 if got != *expect {
                     return Err(format!(
@@ -593,13 +540,13 @@ impl Flow {
     /// At the end: the responder's memory is the model's.
     fn check_memory(&self, world: &World) -> Result<(), String> {
         let target = read(world, self.to, TARGET.start, DATA)?;
-        if let Some(at) = (0..DATA).find(|&i| target[i] != self.model.b_data[i]) {
+        if let Some(at) = (0..DATA).find(|&i| target[i] != self.model.target.memory[i]) {
             return Err(format!(
                 "{}'s memory differs from the model at offset {at:#x}",
                 world.nodes[self.to].name
             ));
         }
-        for (i, want) in self.model.counters.iter().enumerate() {
+        for (i, want) in self.model.target.counters.iter().enumerate() {
             let got = read_u64(world, self.to, COUNTERS + 8 * i)?;
             if got != *want {
                 return Err(format!("counter {i} is {got}, the model says {want}"));
@@ -622,6 +569,7 @@ pub fn run(case: &Case) -> Result<Outcome, String> {
         min_rnr_timer: 1,
         max_rd_atomic: case.max_rd_atomic,
         rxe_compat: true,
+        rto_low: case.rto_low,
     };
     // B's own PSNs start half the space away: both wrap in a long run.
     let b_psn = (case.psn + (1 << 23)) & 0xff_ffff;
@@ -643,7 +591,7 @@ pub fn run(case: &Case) -> Result<Outcome, String> {
                 .map_err(|e| e.to_string())
         };
         write(flow.from, SOURCE.start, &flow.model.a_data)?;
-        write(flow.to, TARGET.start, &flow.model.b_data)?;
+        write(flow.to, TARGET.start, &flow.model.target.memory)?;
     }
     drive(case, &mut world, &mut flows).map_err(|mut e| {
         for n in &world.nodes {

@@ -67,6 +67,8 @@ pub struct QpSetup {
     pub max_rd_atomic: u8,
     /// retry_cnt 7 retries for ever, as Soft-RoCE reads it.
     pub rxe_compat: bool,
+    /// IRN's low retransmission timer beside the configured one.
+    pub rto_low: bool,
 }
 
 /// A frame on the wire.
@@ -411,6 +413,7 @@ impl Node {
         rts.rnr_retry = Some(setup.rnr_retry);
         rts.max_rd_atomic = Some(setup.max_rd_atomic);
         self.qp.rxe_compat = setup.rxe_compat;
+        self.qp.rto_low = setup.rto_low;
         for attr in [QpAttr::init(access), rtr, rts] {
             let (to, path) = self.qp.check_modify(&attr, &port).expect("a valid modify");
             let pkeys = port.pkeys.clone();

@@ -100,13 +100,13 @@ impl Rule {
             Rule::StartingPsn => "the first request carries the starting PSN the CM exchanged",
             Rule::ResendSame => "a resent packet is the packet first sent with that PSN",
             Rule::ResendCause => {
-                "a resend follows a NAK, an RNR NAK, a timeout or a lost answer, never an answer received"
+                "a resend follows a NAK, an RNR NAK, a timeout (however short) or a lost answer (an implied NAK), never an answer received"
             }
             Rule::NakGoBack => "after a sequence or RNR NAK the requester resends from the NAK's PSN",
             Rule::RnrWait => "after an RNR NAK the requester waits the timer it carries",
             Rule::UcResend => "UC never resends",
             Rule::AnswerUnsent => "an answer names a PSN that was sent",
-            Rule::AckCoverage => "an ACK covers only PSNs the responder has: not one it NAKed and never got again",
+            Rule::AckCoverage => "an ACK covers only PSNs the responder has: not one it NAKed and never got again (a copy crossing the NAK counts)",
             Rule::Msn => "the MSN counts the messages the responder completed",
             Rule::ReadResponse => "READ responses: FIRST/MIDDLE/LAST or ONLY, sizes by the DMA length and path MTU",
             Rule::ReadResponsePsn => "a READ response carries a PSN its READ reserved",
@@ -130,7 +130,9 @@ impl Rule {
             Rule::ReadPsnSpan => "IBTA 9.7.1 (PSNs: a READ takes one per response packet)",
             Rule::StartingPsn => "IBTA 12.6.5 and 12.6.8 (REQ and REP starting PSN)",
             Rule::ResendSame => "IBTA 9.7.6.2 (retried requests are identical)",
-            Rule::ResendCause => "IBTA 9.7.6.1 (requester retries: timeout, NAK, implied NAK)",
+            Rule::ResendCause => {
+                "IBTA 9.7.6.1 (requester retries: timeout, NAK, implied NAK), 9.7.5.2.1"
+            }
             Rule::NakGoBack => "IBTA 9.7.5.2.2 (PSN sequence error NAK), 9.7.6.2",
             Rule::RnrWait => "IBTA 9.7.5.2.8 (RNR NAK timer)",
             Rule::UcResend => "IBTA 9.8.3 (UC: no acknowledgements, no retries)",

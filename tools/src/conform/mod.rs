@@ -86,6 +86,9 @@ pub struct Conversation {
     /// nak-go-back, ack-coverage) were judged: not where the capture shows the network
     /// reordering packets, which the IBTA assumes it does not.
     pub order_judged: bool,
+    /// Per direction, whether its requester's resends were judged (`resend-cause`): not for a
+    /// requester elsewhere than where the capture was taken ([`Options::at`]).
+    pub resends_judged: [bool; 2],
     pub cnps: u64,
     pub ecn_ce: u64,
 }
@@ -122,6 +125,13 @@ pub struct Options {
     /// captured may not have arrived. Where a capture shows reordering itself, they are not
     /// judged either.
     pub reordering: bool,
+    /// The host the capture was taken at, when known (`roce nic --pcap` records at the NIC):
+    /// what it sent is in the capture before any loss, what it received after. An answer the
+    /// capture shows reached a requester there; an answer it sends to a requester elsewhere
+    /// may be lost or overtaken on its way, so whether a resend there had a cause is not
+    /// judged (`resend-cause` only for requesters at this host). Unknown (`None`), every
+    /// requester is judged, as if the capture saw what each received.
+    pub at: Option<IpAddr>,
 }
 
 /// Reads a whole capture and judges it.
@@ -727,8 +737,14 @@ impl Checker {
             };
             let judge_order =
                 !self.options.reordering && !state.streams.iter().any(Stream::reordered);
-            for stream in &mut state.streams {
-                stream.finish(&mut out, judge_order);
+            let at = self.options.at.map(|addr| match addr {
+                IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+                IpAddr::V6(v6) => v6.octets(),
+            });
+            // The requests of `streams[side]` come from `ends[side]`.
+            let resends_judged = [0, 1].map(|side| at.is_none_or(|a| a == state.ends[side].0));
+            for (stream, judged) in state.streams.iter_mut().zip(resends_judged) {
+                stream.finish(&mut out, judge_order, judged);
             }
             conversations.push(Conversation {
                 number: i + 1,
@@ -748,6 +764,7 @@ impl Checker {
                 directions: [state.streams[0].counts, state.streams[1].counts],
                 started_late: state.streams.iter().any(|s| s.started_late),
                 order_judged: judge_order,
+                resends_judged,
                 cnps: state.cnps,
                 ecn_ce: state.ecn_ce,
             });

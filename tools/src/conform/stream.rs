@@ -22,6 +22,8 @@ const AHEAD: usize = 16;
 const RECENT_RESENDS: usize = 512;
 /// Holes (PSNs skipped by the fresh requests) remembered, to recognise late arrivals.
 const HOLES: usize = 16;
+/// READs and atomics remembered until answered: more than any responder's resources (16).
+const UNANSWERED: usize = 64;
 
 /// What was sent with one PSN.
 #[derive(Debug, Clone, Copy, Default)]
@@ -53,6 +55,8 @@ struct Slot {
     original: Option<u64>,
     /// A READ or atomic request: whole answers seen for it.
     answered: u32,
+    /// A READ request: the PSN of the response that comes next in order.
+    next_response: u32,
 }
 
 impl Slot {
@@ -146,6 +150,8 @@ pub struct Stream {
     answer_high: Option<u32>,
     /// The latest resends: PSN and frame.
     recent_resends: Vec<(u32, u64)>,
+    /// READs and atomics (their first PSNs) sent and not answered yet, oldest first.
+    unanswered: Vec<u32>,
 }
 
 impl Stream {
@@ -176,6 +182,7 @@ impl Stream {
             reorder_seen: false,
             answer_high: None,
             recent_resends: Vec::new(),
+            unanswered: Vec::new(),
         }
     }
 
@@ -532,6 +539,7 @@ impl Stream {
             ends: opcode.position().is_end(),
             original: None,
             answered: 0,
+            next_response: p,
         }
     }
 
@@ -559,6 +567,12 @@ impl Stream {
             self.counts.messages += 1;
         }
         self.check_neighbours(out, p);
+        if opcode.kind() == Kind::ReadRequest || opcode.kind().is_atomic() {
+            if self.unanswered.len() == UNANSWERED {
+                self.unanswered.remove(0);
+            }
+            self.unanswered.push(p);
+        }
         if opcode.kind() == Kind::ReadRequest {
             match mtu.bytes() {
                 Some(m) => self.reserve_read(p, rules::packets(u64::from(slot.len), m), slot),
@@ -878,9 +892,13 @@ impl Stream {
         }
         self.note_order(p);
         self.note_answered(kind, p);
-        if self.skips_unanswered(p) {
+        // A plain ACK for a READ's or an atomic's own PSN says it was executed, and that its
+        // answer went missing.
+        let plain_ack = kind == Kind::Acknowledge && matches!(syndrome, Some(Syndrome::Ack { .. }));
+        if self.skips_unanswered(p, plain_ack) || self.passes_unanswered(kind, p) {
             self.implied_nak = Some(time);
         }
+        self.forget_answered(kind, p);
         // A NAK for a PSN already answered comes late (reordered on the way): the requester
         // has moved on and ignores it, and so does the observer.
         let stale = self.acked_before.is_some_and(|a| psn::diff(p, a) < 0);
@@ -895,7 +913,9 @@ impl Stream {
                     frame,
                     rnr: None,
                 });
-                self.naked = Some((p, frame));
+                if !self.resent_since_trigger(p) {
+                    self.naked = Some((p, frame));
+                }
             }
             Some(Syndrome::Nak(_)) => self.closed = true,
             Some(Syndrome::RnrNak { timer }) => {
@@ -958,34 +978,109 @@ impl Stream {
         }
     }
 
-    /// Counts a READ's last response (LAST or ONLY: its answer is whole) or an atomic ACK
-    /// against its request.
-    fn note_answered(&mut self, kind: Kind, p: u32) {
-        let first = match self.slot(p) {
-            Some(s) if matches!(kind, Kind::ReadResponseLast | Kind::ReadResponseOnly) => {
-                s.read_first
-            }
-            Some(s) if kind == Kind::AtomicAcknowledge && s.opcode().kind().is_atomic() => Some(p),
-            _ => None,
+    /// Whether PSN `q`, which a sequence NAK names, was sent again after the first packet beyond
+    /// it went out. The NAK was caused by a packet beyond `q` arriving while the responder
+    /// expected `q` — at the earliest that first packet — and a copy of `q` sent after it may
+    /// still have been on its way: a go-back (an implied NAK, a timeout, a probe) that crossed
+    /// the NAK. The responder then receives that copy and may acknowledge beyond `q` without
+    /// the requester sending `q` again after the NAK (IBTA 9.7.5.2.2: the NAK is sent once,
+    /// for the first out-of-sequence packet; rxe's `sent_psn_nak`). Where the capture lacks `q`
+    /// or the packet after it, nothing is known, and nothing is held against the responder.
+    fn resent_since_trigger(&self, q: u32) -> bool {
+        let Some(slot) = self.slot(q) else {
+            return true;
         };
-        if let Some(s) = first.and_then(|f| self.slot_mut(f)) {
-            s.answered += 1;
+        let next = match slot.read_first {
+            Some(first) if first == q => psn::add(q, self.read_span(q)),
+            _ => psn::add(q, 1),
+        };
+        self.slot(next)
+            .is_none_or(|after| slot.last_frame > after.frame)
+    }
+
+    /// Counts a READ's last response (LAST or ONLY after the responses before it: its answer
+    /// is whole) or an atomic ACK against its request. A READ's responses count in order from
+    /// its first PSN, from where a retry starts, or from wherever the responder answers it again;
+    /// a LAST after a response missing leaves the READ unanswered, as it does for the requester.
+    fn note_answered(&mut self, kind: Kind, p: u32) {
+        if kind.is_read_response() {
+            let Some(s) = self
+                .slot(p)
+                .and_then(|s| s.read_first)
+                .and_then(|f| self.slot_mut(f))
+            else {
+                return;
+            };
+            let in_order = !psn::before(s.next_response, p) || s.read_retry == Some(p);
+            if in_order {
+                s.next_response = psn::add(p, 1);
+                s.answered += u32::from(matches!(
+                    kind,
+                    Kind::ReadResponseLast | Kind::ReadResponseOnly
+                ));
+            }
+            return;
+        }
+        if kind == Kind::AtomicAcknowledge {
+            if let Some(s) = self.slot_mut(p).filter(|s| s.opcode().kind().is_atomic()) {
+                s.answered += 1;
+            }
         }
     }
 
-    /// Whether an answer for `p` passes a READ or atomic (after what was acknowledged) that has
-    /// had no answer yet.
-    fn skips_unanswered(&self, p: u32) -> bool {
+    /// Whether an answer for `p` (and for `p` itself, with `through`) passes a READ or atomic
+    /// (after what was acknowledged) that has had no answer yet.
+    fn skips_unanswered(&self, p: u32, through: bool) -> bool {
         let Some(from) = self.acked_before else {
             return false;
         };
-        let n = psn::diff(p, from);
+        let n = psn::diff(p, from) + i32::from(through);
         (0..n.clamp(0, SLOTS as i32 / 2) as u32).any(|i| {
             let q = psn::add(from, i);
             self.slot(q).is_some_and(|s| {
                 s.answered == 0 && (s.read_first == Some(q) || s.opcode().kind().is_atomic())
             })
         })
+    }
+
+    /// Whether an answer for `p` comes while a READ or atomic before it, acknowledged already
+    /// by a later answer (itself an implied NAK), has still had no answer of its own: the
+    /// requester, which completes in order, takes `p`'s answer as one more implied NAK and may
+    /// drop it (IBTA 9.7.5.2.1 and 9.7.5.2.3; rxe's comp.c `check_psn`, `COMPST_ERROR_RETRY`),
+    /// so sending `p` again later answers a lost answer. A READ's own responses count only
+    /// when they skip one (the requester goes back for the response missing).
+    fn passes_unanswered(&self, kind: Kind, p: u32) -> bool {
+        let read_of_p = self
+            .slot(p)
+            .and_then(|s| s.read_first)
+            .filter(|_| kind.is_read_response());
+        let skips_response = read_of_p
+            .and_then(|f| self.slot(f))
+            .is_some_and(|s| psn::before(s.next_response, p));
+        skips_response
+            || self.unanswered.iter().any(|&q| {
+                psn::before(q, p)
+                    && read_of_p != Some(q)
+                    && self.slot(q).is_some_and(|s| s.answered == 0)
+            })
+    }
+
+    /// After a READ's last response or an atomic ACK for `p`, the READs and atomics before it
+    /// are answered too (the responder answers in order), or their answers are not in the
+    /// capture: they are forgotten.
+    fn forget_answered(&mut self, kind: Kind, p: u32) {
+        let whole = match self.slot(p) {
+            Some(s) if matches!(kind, Kind::ReadResponseLast | Kind::ReadResponseOnly) => {
+                s.read_first
+            }
+            Some(s) if kind == Kind::AtomicAcknowledge && s.opcode().kind().is_atomic() => Some(p),
+            _ => None,
+        };
+        if let Some(f) = whole.filter(|&f| self.slot(f).is_some_and(|s| s.answered > 0)) {
+            let slots = &self.slots;
+            self.unanswered
+                .retain(|&q| psn::before(f, q) && slots[q as usize % SLOTS].tag == q + 1);
+        }
     }
 
     fn acknowledge(&mut self, before: u32, time: Duration) {
@@ -1171,15 +1266,18 @@ impl Stream {
 
     /// At the end of the capture: answers for PSNs that were never sent, and the findings that
     /// depend on the order of the two directions — judged only where the network kept order
-    /// (`judge_order`), as the IBTA assumes of it.
-    pub fn finish(&mut self, out: &mut Sink<'_>, judge_order: bool) {
+    /// (`judge_order`), as the IBTA assumes of it; resend causes only where the capture saw
+    /// the answers the requester received (`resends_judged`).
+    pub fn finish(&mut self, out: &mut Sink<'_>, judge_order: bool, resends_judged: bool) {
         let deferred = std::mem::take(&mut self.deferred);
         let skipped = std::mem::take(&mut self.skipped);
         if !judge_order {
             return self.finish_answers(out);
         }
         for f in deferred {
-            out.violation(f);
+            if f.rule != Rule::ResendCause || resends_judged {
+                out.violation(f);
+            }
         }
         for (q, nak_frame, frame, p) in skipped {
             out.violation(Finding::new(

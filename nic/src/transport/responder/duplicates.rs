@@ -50,9 +50,18 @@ pub(super) fn duplicate(qp: &mut Qp, ctx: &mut Ctx<'_>, bth: &bth::Repr, ext: &E
             });
             match found {
                 Some(reply) => {
-                    // Answer again from memory, replacing a reply to the same READ in progress.
-                    qp.recv.replies.retain(|r| r.psn() != reply.first_psn);
-                    qp.recv.replies.push_back(Reply::Read(reply));
+                    // Answer again from memory, replacing a reply to the same READ in progress
+                    // where it stands: answers leave in PSN order, and an atomic ACK or a NAK
+                    // queued behind the READ must not overtake it (the requester would take
+                    // the READ's responses for lost and go back again — found by `roce
+                    // conform` on our own NIC under loss).
+                    let replies = &mut qp.recv.replies;
+                    replies.retain(|r| r.psn() != reply.first_psn);
+                    let at = replies
+                        .iter()
+                        .position(|r| psn::before(reply.first_psn, r.psn()))
+                        .unwrap_or(replies.len());
+                    replies.insert(at, Reply::Read(reply));
                     ctx.event(Event::DuplicateReadReplayed {
                         first_psn: reply.first_psn,
                     });
