@@ -429,7 +429,24 @@ fn a_silent_responder_gets_a_read_at_most_1_plus_retry_cnt_times() {
 
 #[test]
 fn a_fault_free_run_sends_nothing_twice() {
-    let p = pair(QpType::Rc, Mtu::M1024, 8 << 20).unwrap();
+    // A timer of about a second (timeout 18), so a probe needs the engine to stall for a
+    // quarter of it: what is judged is the protocol, not whether a loaded machine runs the
+    // engine thread within the default timer's 16 ms (it once did not, under load 10).
+    let (la, lb) = mem::pair();
+    let p = pair_over(
+        la,
+        lb,
+        QpType::Rc,
+        Mtu::M1024,
+        8 << 20,
+        |_| {},
+        |attr| {
+            if attr.timeout.is_some() {
+                attr.timeout = Some(18);
+            }
+        },
+    )
+    .unwrap();
     let size = 256 * 1024;
     p.a.write(0, &pattern(size, 6));
     // Pipelined WRITEs and READs of many packets, then small WRITEs, 16 in flight.
