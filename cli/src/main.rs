@@ -7,6 +7,7 @@ mod output;
 
 mod attach;
 mod bench;
+mod cm_example;
 mod conform;
 mod decode;
 mod demo;

@@ -12,13 +12,19 @@
 //!   device at start): `id->verbs` is it, and the program makes its PD, CQs and QP there.
 //! - Address and route resolution need nothing from the NIC (its neighbour table resolves the
 //!   peer when the QP connects): they queue ADDR_RESOLVED and ROUTE_RESOLVED at once.
-//! - `rdma_get_cm_event` takes the channel's queued events, else asks the NIC for the next event
-//!   of its IDs in short waits (so that other threads' verbs on the same connection go on),
-//!   and files each under the channel of the ID it is about.
-//! - The channel's `fd` never becomes readable: a program that polls it instead of calling
-//!   `rdma_get_cm_event` waits for ever (rping, ucmatose and perftest do call it).
+//! - Events come as the kernel's would: a thread of this library (the pump, one per process,
+//!   started with the context) waits on the NIC's CM event line, takes each event the NIC
+//!   queued and files it under the channel of the ID it is about. A channel's `fd` is an
+//!   eventfd, readable while events wait on it, so a program may poll it (newer rping does);
+//!   `rdma_get_cm_event` takes the next one, waiting on that descriptor (EAGAIN if the program
+//!   made it non-blocking).
+//! - No thread waits for an event inside the NIC: a request that waits there holds the
+//!   process's control connection, and the other threads' verbs queue behind it. (The earlier
+//!   `rdma_get_cm_event` asked the NIC in 20 ms waits; a rping server's teardown — ten verbs
+//!   while its CM thread waited for more events — lost the connection to that thread again
+//!   and again on a loaded machine, and did not exit for many seconds.)
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ffi::{c_int, c_void};
 use std::net::SocketAddr;
 use std::ptr;
@@ -358,8 +364,12 @@ struct State {
     /// Events waiting to be taken, by channel (its address).
     queues: BTreeMap<usize, VecDeque<Box<Event>>>,
     /// Events about an ID not filed yet: its `rdma_connect` is still on its way back from the
-    /// NIC while the answer came (filed again at the next `rdma_get_cm_event`).
+    /// NIC while the answer came (filed again when an ID is filed).
     early: Vec<CmEvent>,
+    /// The live channels (their addresses), to wake when the pump stops.
+    channels: BTreeSet<usize>,
+    /// Why the pump stopped (the NIC went away): the errno `rdma_get_cm_event` answers then.
+    stopped: Option<c_int>,
 }
 
 /// Most early events kept (they are for IDs being connected: a handful).
@@ -370,6 +380,8 @@ static STATE: Mutex<State> = Mutex::new(State {
     ids: BTreeMap::new(),
     queues: BTreeMap::new(),
     early: Vec::new(),
+    channels: BTreeSet::new(),
+    stopped: None,
 });
 
 fn state() -> std::sync::MutexGuard<'static, State> {
@@ -397,7 +409,46 @@ fn context() -> Result<*mut ibv_context, c_int> {
         return Err(unsafe { *libc::__errno_location() });
     }
     st.ctx = Some(P(ctx));
+    let pumped = P(ctx);
+    std::thread::Builder::new()
+        .name("rdma-cm-events".into())
+        .spawn(move || pump(pumped))
+        .map_err(|e| e.raw_os_error().unwrap_or(libc::EAGAIN))?;
     Ok(ctx)
+}
+
+/// The pump: takes every CM event the NIC queued for this process and files it under its
+/// channel, then waits on the NIC's event line for more (never inside the NIC: see the
+/// module). Runs until the NIC goes away, then fails every wait on a channel.
+fn pump(ctx: P<ibv_context>) {
+    let P(ctx) = ctx;
+    let nic = &nic_ctx(ctx).nic;
+    let stopped = loop {
+        match nic.cm_event(Some(Duration::ZERO)) {
+            Ok(event) => {
+                file(&mut state(), event);
+                continue;
+            }
+            Err(e) if errno_of(&e) == libc::ETIMEDOUT => {}
+            Err(e) => break fail("rdma_get_cm_event", &e),
+        }
+        if let Err(e) = nic.cm_wait(None) {
+            break fail("rdma_get_cm_event", &e);
+        }
+    };
+    let mut st = state();
+    st.stopped = Some(stopped);
+    for channel in &st.channels {
+        signal(*channel as *mut rdma_event_channel);
+    }
+}
+
+/// Makes the channel's descriptor readable (adds one to its eventfd).
+fn signal(channel: *mut rdma_event_channel) {
+    let one = 1u64;
+    // SAFETY: a live channel's own eventfd (channels leave the state before they are freed),
+    // written 8 bytes, as eventfd wants.
+    unsafe { libc::write((*channel).fd, &one as *const u64 as *const c_void, 8) };
 }
 
 fn nic_ctx(verbs: *mut ibv_context) -> &'static Ctx {
@@ -490,11 +541,30 @@ fn queue(channel: *mut rdma_event_channel, id: *mut rdma_cm_id, event: c_int) {
 }
 
 fn queue_event(channel: *mut rdma_event_channel, event: Box<Event>) {
-    state()
-        .queues
-        .entry(channel as usize)
-        .or_default()
-        .push_back(event);
+    push(&mut state(), channel, event);
+}
+
+/// Queues `event` on `channel`, whose descriptor is readable while its queue is not empty
+/// (both change under the state's lock).
+fn push(st: &mut State, channel: *mut rdma_event_channel, event: Box<Event>) {
+    let queue = st.queues.entry(channel as usize).or_default();
+    queue.push_back(event);
+    if queue.len() == 1 {
+        signal(channel);
+    }
+}
+
+/// The channel's next event; its descriptor stops being readable with its last one.
+fn pop(st: &mut State, channel: *mut rdma_event_channel) -> Option<Box<Event>> {
+    let queue = st.queues.get_mut(&(channel as usize))?;
+    let event = queue.pop_front()?;
+    if queue.is_empty() {
+        let mut count = 0u64;
+        // SAFETY: the channel's own eventfd, readable (its count is at least the one added
+        // when the queue stopped being empty): the read resets it without blocking.
+        unsafe { libc::read((*channel).fd, &mut count as *mut u64 as *mut c_void, 8) };
+    }
+    Some(event)
 }
 
 /// `rdma_create_event_channel`.
@@ -505,7 +575,9 @@ pub extern "C" fn roce_rdma_create_event_channel() -> *mut rdma_event_channel {
     if fd < 0 {
         return ptr::null_mut();
     }
-    Box::into_raw(Box::new(rdma_event_channel { fd }))
+    let channel = Box::into_raw(Box::new(rdma_event_channel { fd }));
+    state().channels.insert(channel as usize);
+    channel
 }
 
 /// `rdma_destroy_event_channel`.
@@ -514,7 +586,10 @@ pub unsafe extern "C" fn roce_rdma_destroy_event_channel(channel: *mut rdma_even
     if channel.is_null() {
         return;
     }
-    state().queues.remove(&(channel as usize));
+    let mut st = state();
+    st.queues.remove(&(channel as usize));
+    st.channels.remove(&(channel as usize));
+    drop(st);
     // SAFETY: made by Box::into_raw; its eventfd is its own.
     let ch = unsafe { Box::from_raw(channel) };
     // SAFETY: the channel's own descriptor.
@@ -655,8 +730,9 @@ pub unsafe extern "C" fn roce_rdma_listen(id: *mut rdma_cm_id, _backlog: c_int) 
     }
     guard(-1, || match nic_ctx(i.id.verbs).nic.cm_listen(addr) {
         Ok(nic) => {
-            state().ids.insert(nic.id(), P(i as *mut Id));
+            let nic_id = nic.id();
             i.nic = Some(nic);
+            enroll(nic_id, i);
             0
         }
         Err(e) => failed(fail("rdma_listen", &e)),
@@ -716,8 +792,9 @@ pub unsafe extern "C" fn roce_rdma_connect(
         // filed here: it keeps it as early (see [`file`]).
         match nic_ctx(i.id.verbs).nic.cm_connect(&qp.inner, dst, &param) {
             Ok(nic) => {
-                state().ids.insert(nic.id(), P(i as *mut Id));
+                let nic_id = nic.id();
                 i.nic = Some(nic);
+                enroll(nic_id, i);
                 0
             }
             Err(e) => failed(fail("rdma_connect", &e)),
@@ -831,12 +908,32 @@ pub unsafe extern "C" fn roce_rdma_destroy_qp(id: *mut rdma_cm_id) {
     }
 }
 
+/// Files the program's ID under the NIC's number `nic_id`, and the events that came for it
+/// before (see [`State::early`]).
+fn enroll(nic_id: u32, id: &mut Id) {
+    let mut st = state();
+    st.ids.insert(nic_id, P(id as *mut Id));
+    for event in std::mem::take(&mut st.early) {
+        file(&mut st, event);
+    }
+}
+
+/// Keeps an event for an ID not filed yet; the oldest goes when there are too many (events
+/// for IDs the program destroyed meanwhile are never taken).
+fn keep_early(st: &mut State, event: CmEvent) {
+    if st.early.len() == MAX_EARLY {
+        st.early.remove(0);
+    }
+    st.early.push(event);
+}
+
 /// Files a NIC event under the channel of the ID it is about (a connect request makes the
 /// new ID, on its listener's channel).
-fn file(event: CmEvent) {
-    let mut st = state();
+fn file(st: &mut State, event: CmEvent) {
     let (id, listen_id) = if event.kind == CmEventKind::ConnectRequest {
         let Some(P(listener)) = event.listen_id.and_then(|l| st.ids.get(&l).copied()) else {
+            // Its rdma_listen is still on its way back from the NIC.
+            keep_early(st, event);
             return;
         };
         // SAFETY: a listener stays filed until the program destroys it.
@@ -852,9 +949,7 @@ fn file(event: CmEvent) {
         (child, listener)
     } else {
         let Some(P(id)) = st.ids.get(&event.id).copied() else {
-            if st.early.len() < MAX_EARLY {
-                st.early.push(event);
-            }
+            keep_early(st, event);
             return;
         };
         (id, ptr::null_mut())
@@ -885,7 +980,7 @@ fn file(event: CmEvent) {
     ev.ev.conn.qp_num = event.peer_qpn;
     // SAFETY: the ID is the program's (or just made).
     let channel = unsafe { (*(id as *mut rdma_cm_id)).channel };
-    st.queues.entry(channel as usize).or_default().push_back(ev);
+    push(st, channel, ev);
 }
 
 /// `rdma_get_cm_event`: the channel's next event, waiting for it.
@@ -897,30 +992,31 @@ pub unsafe extern "C" fn roce_rdma_get_cm_event(
     if channel.is_null() || out.is_null() {
         return failed(libc::EINVAL);
     }
+    // SAFETY: the program's channel, from roce_rdma_create_event_channel.
+    let fd = unsafe { (*channel).fd };
     guard(-1, || loop {
-        let early = std::mem::take(&mut state().early);
-        for event in early {
-            file(event);
-        }
-        if let Some(ev) = state()
-            .queues
-            .get_mut(&(channel as usize))
-            .and_then(VecDeque::pop_front)
         {
-            // SAFETY: checked non-NULL.
-            unsafe { *out = Box::into_raw(ev) as *mut rdma_cm_event };
-            return 0;
+            let mut st = state();
+            if let Some(ev) = pop(&mut st, channel) {
+                // SAFETY: checked non-NULL.
+                unsafe { *out = Box::into_raw(ev) as *mut rdma_cm_event };
+                return 0;
+            }
+            if let Some(errno) = st.stopped {
+                return failed(errno);
+            }
         }
-        let ctx = match context() {
-            Ok(ctx) => ctx,
-            Err(e) => return failed(e),
+        // SAFETY: fcntl on the channel's own descriptor.
+        if unsafe { libc::fcntl(fd, libc::F_GETFL) } & libc::O_NONBLOCK != 0 {
+            return failed(libc::EAGAIN);
+        }
+        let mut readable = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
         };
-        // Short waits: other threads' calls on the same connection go on between them.
-        match nic_ctx(ctx).nic.cm_event(Some(Duration::from_millis(20))) {
-            Ok(event) => file(event),
-            Err(e) if errno_of(&e) == libc::ETIMEDOUT => {}
-            Err(e) => return failed(fail("rdma_get_cm_event", &e)),
-        }
+        // SAFETY: one valid pollfd; EINTR and wakes for an event another thread took loop.
+        unsafe { libc::poll(&mut readable, 1, -1) };
     })
 }
 

@@ -40,6 +40,21 @@ macro_rules! versions {
     };
 }
 
+/// `from_ptr` for a Rust object whose first field is the C object the program holds.
+macro_rules! c_object {
+    ($rust:ident: $c:ident, made by $maker:literal) => {
+        impl $rust {
+            /// # Safety
+            #[doc = concat!("`ptr` must come from ", $maker, " and not be destroyed.")]
+            pub unsafe fn from_ptr<'a>(ptr: *mut $c) -> &'a $rust {
+                // SAFETY: the C object is the first field of the repr(C) Rust one (the
+                // caller's promise).
+                unsafe { &*(ptr as *const $rust) }
+            }
+        }
+    };
+}
+
 pub mod abi;
 pub mod cm;
 pub mod device;

@@ -271,7 +271,7 @@ fn reg(pd: *mut ibv_pd, addr: *mut c_void, len: usize, iova: u64, flags: c_int) 
             return fail_with(fail("ibv_reg_mr", &e));
         }
     };
-    p.users.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    p.users.add();
     let mr = Box::new(Mr {
         mr: ibv_mr {
             // SAFETY: the program's PD.
@@ -340,7 +340,7 @@ pub unsafe extern "C" fn roce_ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
         release(backing);
         // SAFETY: an MR's PD outlives it (its dealloc answers EBUSY until then).
         let pd = unsafe { Pd::from_ptr(mr.pd) };
-        pd.users.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        pd.users.remove();
         0
     })
 }

@@ -6,12 +6,11 @@
 
 use std::ffi::c_int;
 use std::ptr;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use roce_nic::verbs::{QpCap, QpType, QueuePair, SharedReceiveQueue, VerbsError};
 
 use crate::abi::*;
-use crate::verbs::{post_recv_list, Cq, Pd};
+use crate::verbs::{post_recv_list, Cq, Pd, Users};
 use crate::{fail, guard, set_errno};
 
 versions! {
@@ -22,19 +21,13 @@ versions! {
 pub struct Srq {
     pub srq: ibv_srq,
     pub inner: SharedReceiveQueue,
-    /// QPs that take their receives from it: while there are any, `ibv_destroy_srq` answers
-    /// EBUSY, as the kernel does.
-    pub users: AtomicUsize,
+    /// QPs that take their receives from it.
+    pub users: Users,
 }
 
-impl Srq {
-    /// # Safety
-    /// `srq` must come from [`roce_ibv_create_srq`] and not be destroyed.
-    pub unsafe fn from_ptr<'a>(srq: *mut ibv_srq) -> &'a Srq {
-        // SAFETY: srq is the first field of a repr(C) Srq (caller's promise).
-        unsafe { &*(srq as *const Srq) }
-    }
+c_object!(Srq: ibv_srq, made by "ibv_create_srq");
 
+impl Srq {
     /// A QP of `pd` taking its receives from this SRQ.
     pub(crate) fn create_qp(
         &self,
@@ -51,7 +44,7 @@ impl Srq {
             &self.inner,
             cap,
         )?;
-        self.users.fetch_add(1, Ordering::SeqCst);
+        self.users.add();
         Ok(qp)
     }
 }
@@ -94,11 +87,11 @@ pub unsafe extern "C" fn roce_ibv_create_srq(
         srq.srq_context = init.srq_context;
         srq.pd = pd;
         srq.handle = inner.srq_num();
-        p.users.fetch_add(1, Ordering::SeqCst);
+        p.users.add();
         let srq = Box::new(Srq {
             srq,
             inner,
-            users: AtomicUsize::new(0),
+            users: Users::default(),
         });
         Box::into_raw(srq) as *mut ibv_srq
     })
@@ -155,7 +148,7 @@ pub unsafe extern "C" fn roce_ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
         return libc::EINVAL;
     }
     // SAFETY: the program's SRQ came from roce_ibv_create_srq.
-    if unsafe { Srq::from_ptr(srq) }.users.load(Ordering::SeqCst) != 0 {
+    if unsafe { Srq::from_ptr(srq) }.users.any() {
         return libc::EBUSY;
     }
     guard(libc::EIO, || {
@@ -164,7 +157,7 @@ pub unsafe extern "C" fn roce_ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
         // SAFETY: an SRQ's PD outlives it (its dealloc answers EBUSY until then).
         let pd_users = unsafe { &Pd::from_ptr(srq.srq.pd).users };
         drop(srq);
-        pd_users.fetch_sub(1, Ordering::SeqCst);
+        pd_users.remove();
         0
     })
 }

@@ -42,22 +42,34 @@ fn null_with<T>(errno: c_int) -> *mut T {
     ptr::null_mut()
 }
 
+/// How many objects use a parent (MRs, QPs and AHs a PD; QPs a CQ): while any do, its destroy
+/// answers EBUSY, as the kernel's does.
+#[derive(Default)]
+pub struct Users(AtomicUsize);
+
+impl Users {
+    pub fn add(&self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+
+    pub fn remove(&self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    pub fn any(&self) -> bool {
+        self.0.load(Ordering::SeqCst) != 0
+    }
+}
+
 #[repr(C)]
 pub struct Pd {
     pub pd: ibv_pd,
     pub inner: ProtectionDomain,
-    /// MRs, QPs and AHs made in it: while there are any, `ibv_dealloc_pd` answers EBUSY.
-    pub users: AtomicUsize,
+    /// MRs, QPs and AHs made in it.
+    pub users: Users,
 }
 
-impl Pd {
-    /// # Safety
-    /// `pd` must come from [`roce_ibv_alloc_pd`] and not be deallocated.
-    pub unsafe fn from_ptr<'a>(pd: *mut ibv_pd) -> &'a Pd {
-        // SAFETY: pd is the first field of a repr(C) Pd (caller's promise).
-        unsafe { &*(pd as *const Pd) }
-    }
-}
+c_object!(Pd: ibv_pd, made by "ibv_alloc_pd");
 
 /// `ibv_alloc_pd`.
 #[no_mangle]
@@ -76,7 +88,7 @@ pub unsafe extern "C" fn roce_ibv_alloc_pd(context: *mut ibv_context) -> *mut ib
                         handle: inner.handle(),
                     },
                     inner,
-                    users: AtomicUsize::new(0),
+                    users: Users::default(),
                 });
                 Box::into_raw(pd) as *mut ibv_pd
             }
@@ -92,7 +104,7 @@ pub unsafe extern "C" fn roce_ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
         return libc::EINVAL;
     }
     // SAFETY: the program's PD came from roce_ibv_alloc_pd.
-    if unsafe { Pd::from_ptr(pd) }.users.load(Ordering::SeqCst) != 0 {
+    if unsafe { Pd::from_ptr(pd) }.users.any() {
         return libc::EBUSY;
     }
     guard(libc::EIO, || {
@@ -156,18 +168,11 @@ pub unsafe extern "C" fn roce_ibv_destroy_comp_channel(channel: *mut ibv_comp_ch
 pub struct Cq {
     pub cq: ibv_cq,
     pub inner: CompletionQueue,
-    /// QPs that use it: while there are any, `ibv_destroy_cq` answers EBUSY.
-    pub users: AtomicUsize,
+    /// QPs that use it.
+    pub users: Users,
 }
 
-impl Cq {
-    /// # Safety
-    /// `cq` must come from [`roce_ibv_create_cq`] and not be destroyed.
-    pub unsafe fn from_ptr<'a>(cq: *mut ibv_cq) -> &'a Cq {
-        // SAFETY: cq is the first field of a repr(C) Cq (caller's promise).
-        unsafe { &*(cq as *const Cq) }
-    }
-}
+c_object!(Cq: ibv_cq, made by "ibv_create_cq");
 
 /// `ibv_create_cq`.
 #[no_mangle]
@@ -198,7 +203,7 @@ pub unsafe extern "C" fn roce_ibv_create_cq(
         let cq = Box::into_raw(Box::new(Cq {
             cq: c,
             inner,
-            users: AtomicUsize::new(0),
+            users: Users::default(),
         }));
         if !channel.is_null() {
             // SAFETY: the program's channel came from roce_ibv_create_comp_channel.
@@ -231,7 +236,7 @@ pub unsafe extern "C" fn roce_ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
         return libc::EINVAL;
     }
     // SAFETY: the program's CQ came from roce_ibv_create_cq.
-    if unsafe { Cq::from_ptr(cq) }.users.load(Ordering::SeqCst) != 0 {
+    if unsafe { Cq::from_ptr(cq) }.users.any() {
         return libc::EBUSY;
     }
     guard(libc::EIO, || {
@@ -385,14 +390,8 @@ pub struct Qp {
     pub builder: Mutex<Builder>,
 }
 
-impl Qp {
-    /// # Safety
-    /// `qp` must come from this library's create_qp and not be destroyed.
-    pub unsafe fn from_ptr<'a>(qp: *mut ibv_qp) -> &'a Qp {
-        // SAFETY: the qp is the first field (qpx.qp_base) of a repr(C) Qp.
-        unsafe { &*(qp as *const Qp) }
-    }
-}
+// The ibv_qp is the first field of the first field (qpx.qp_base).
+c_object!(Qp: ibv_qp, made by "ibv_create_qp or rdma_create_qp");
 
 fn qp_type_of(v: c_int) -> Option<QpType> {
     QpType::from_u8(u8::try_from(v).ok()?)
@@ -460,7 +459,7 @@ unsafe fn create_qp_common(
     qpx.comp_mask = 0;
     qp_ex::fill(&mut qpx, send_ops);
     for users in [&p.users, &scq.users, &rcq.users] {
-        users.fetch_add(1, Ordering::SeqCst);
+        users.add();
     }
     let qp = Box::new(Qp {
         qpx,
@@ -562,13 +561,11 @@ pub(crate) unsafe fn destroy_qp(qp: *mut ibv_qp) -> c_int {
         let srq = base.srq;
         drop(qp);
         for users in users {
-            users.fetch_sub(1, Ordering::SeqCst);
+            users.remove();
         }
         if !srq.is_null() {
             // SAFETY: a QP's SRQ outlives it (its destroy answers EBUSY until then).
-            unsafe { crate::srq::Srq::from_ptr(srq) }
-                .users
-                .fetch_sub(1, Ordering::SeqCst);
+            unsafe { crate::srq::Srq::from_ptr(srq) }.users.remove();
         }
         0
     })
@@ -972,7 +969,7 @@ pub unsafe extern "C" fn roce_ibv_create_ah(
         };
         match p.inner.create_ah(av) {
             Ok(inner) => {
-                p.users.fetch_add(1, Ordering::SeqCst);
+                p.users.add();
                 Box::into_raw(Box::new(Ah {
                     ah: ibv_ah {
                         // SAFETY: the program's PD.
@@ -999,6 +996,6 @@ pub unsafe extern "C" fn roce_ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
     // SAFETY: an AH's PD outlives it (its dealloc answers EBUSY until then).
     let users = unsafe { &Pd::from_ptr(ah.ah.pd).users };
     drop(ah);
-    users.fetch_sub(1, Ordering::SeqCst);
+    users.remove();
     0
 }

@@ -196,6 +196,10 @@ pub enum Request {
         cap: QpCap,
         sq_sig_all: bool,
     },
+    /// The host's CM event line ([`Response::CmEventLine`]): signalled whenever an event is
+    /// queued for it, so that a host waits for CM events on its own descriptor, not with a
+    /// [`Request::CmGetEvent`] that holds its control connection meanwhile.
+    CmEventLine,
 }
 
 /// What the device tells a host that opens it.
@@ -292,6 +296,11 @@ pub enum Response {
         ring: RingMap,
     },
     SrqAttr(SrqAttr),
+    /// The host's CM event line (one per host, the same at every ask).
+    CmEventLine {
+        #[serde(with = "fields::event_line")]
+        line: Arc<EventLine>,
+    },
 }
 
 /// Where the engine sends the answer to one request (sometimes later, e.g. once a TCP

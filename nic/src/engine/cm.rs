@@ -20,6 +20,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use rand::{RngExt, SeedableRng};
@@ -35,6 +36,7 @@ use super::{Engine, GSI_QPN};
 mod sidr;
 use crate::cm::{CmEvent, CmEventKind, ConnParam, REJ_PRIVATE_DATA, REP_PRIVATE_DATA};
 use crate::control::{ClientId, Reply, Response};
+use crate::cq::EventLine;
 use crate::error::VerbsError;
 use crate::qp::MAX_RD_ATOMIC;
 use crate::types::{AddressVector, Gid, Mtu, QpAttr, QpState, QpType};
@@ -144,6 +146,8 @@ pub(super) struct Agent {
     conns: HashMap<u32, Conn>,
     events: HashMap<ClientId, VecDeque<CmEvent>>,
     waiters: Vec<Waiter>,
+    /// The hosts' event lines (those that asked for one): signalled at every queued event.
+    lines: HashMap<ClientId, Arc<EventLine>>,
     next_id: u32,
     next_tid: u32,
     /// QP1's send PSN.
@@ -164,6 +168,7 @@ impl Agent {
             conns: HashMap::new(),
             events: HashMap::new(),
             waiters: Vec::new(),
+            lines: HashMap::new(),
             next_id: rng.random::<u32>() | 1,
             next_tid: rng.random(),
             psn: 0,
@@ -569,6 +574,22 @@ impl Engine {
         });
     }
 
+    /// The host's event line, made at its first ask; signalled at once if events wait already.
+    pub(super) fn cm_event_line(&mut self, client: ClientId) -> Result<Response, VerbsError> {
+        let line = match self.cm.lines.get(&client) {
+            Some(line) => Arc::clone(line),
+            None => {
+                let line = EventLine::new()?;
+                self.cm.lines.insert(client, Arc::clone(&line));
+                line
+            }
+        };
+        if self.cm.events.get(&client).is_some_and(|q| !q.is_empty()) {
+            line.signal();
+        }
+        Ok(Response::CmEventLine { line })
+    }
+
     /// Forgets a host that went away: its listeners stop, its connections are refused or
     /// disconnected, its events dropped.
     pub(super) fn cm_forget_client(&mut self, client: ClientId) {
@@ -584,6 +605,7 @@ impl Engine {
             self.cm_abandon(id);
         }
         self.cm.events.remove(&client);
+        self.cm.lines.remove(&client);
         self.cm.waiters.retain(|w| w.client != client);
     }
 
@@ -1202,6 +1224,9 @@ impl Engine {
         let queue = self.cm.events.entry(client).or_default();
         if queue.len() < MAX_QUEUED_EVENTS {
             queue.extend(event);
+            if let Some(line) = self.cm.lines.get(&client) {
+                line.signal();
+            }
         } else {
             debug!(
                 client,

@@ -277,6 +277,7 @@ impl Engine {
             Request::CmReject { id, private_data } => self.cm_reject(client, id, &private_data),
             Request::CmDisconnect { id } => self.cm_disconnect(client, id),
             Request::CmDestroyId { id } => self.cm_destroy(client, id),
+            Request::CmEventLine => self.cm_event_line(client),
             // `Engine::serve` answers these when an event comes.
             Request::CmGetEvent { .. } => Err(VerbsError::Invalid(
                 "a CM event wait is answered by the CM agent".into(),

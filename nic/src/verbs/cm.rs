@@ -5,6 +5,7 @@
 //! disconnected. The same calls work on an in-process device and through a `roce nic` socket.
 
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,6 +14,7 @@ use super::qp::QueuePair;
 use super::VerbsError;
 use crate::cm::{CmEvent, ConnParam};
 use crate::control::{Request, Response};
+use crate::cq::Woken;
 
 /// An RDMA CM ID (`rdma_cm_id`): a listener or one side of a connection. Destroyed when
 /// dropped: a listener stops, a connection being made is refused, an established one is
@@ -72,10 +74,41 @@ impl Context {
 
     /// The next event of this context's IDs (`rdma_get_cm_event`), waiting at most `timeout`
     /// (`None`: for ever); a timeout is an error of kind `TimedOut`.
+    ///
+    /// A wait holds the context's control connection (behind a NIC socket, one request is in
+    /// flight at a time): other threads' verbs wait for it. A program with other threads at
+    /// work waits with [`Context::cm_wait`] and takes events with a zero timeout.
     pub fn cm_event(&self, timeout: Option<Duration>) -> Result<CmEvent, VerbsError> {
         match self.inner.call(Request::CmGetEvent { timeout })? {
             Response::CmEvent(event) => Ok(*event),
             _ => Err(self.inner.unexpected("a CM event wait")),
+        }
+    }
+
+    /// Waits, at most `timeout` (`None`: for ever), until an event may be there for
+    /// [`Context::cm_event`] to take at once (with a zero timeout); false if the time ran out.
+    /// It waits on the context's CM event line, which the NIC signals at every event it queues,
+    /// and holds nothing of the control connection meanwhile: other threads' verbs go on (a
+    /// connection's teardown does not queue behind a thread waiting for its DISCONNECTED). A
+    /// wake may find no event (another thread took it); a stopped NIC is
+    /// [`VerbsError::DeviceGone`].
+    pub fn cm_wait(&self, timeout: Option<Duration>) -> Result<bool, VerbsError> {
+        let line = match self.inner.cm_line.get() {
+            Some(line) => Arc::clone(line),
+            None => match self.inner.call(Request::CmEventLine)? {
+                Response::CmEventLine { line } => {
+                    Arc::clone(self.inner.cm_line.get_or_init(|| line))
+                }
+                _ => return Err(self.inner.unexpected("a CM event line request")),
+            },
+        };
+        match line.wait(timeout, self.inner.backend.hangup_fd()) {
+            Woken::Signalled => Ok(true),
+            Woken::TimedOut => Ok(false),
+            Woken::HungUp => {
+                self.inner.gone.store(true, Ordering::Relaxed);
+                Err(self.inner.device_gone())
+            }
         }
     }
 

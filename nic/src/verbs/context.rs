@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use roce_hostmem::Region;
 
@@ -15,6 +15,7 @@ use super::{
 };
 use crate::control::{ClientId, DeviceInfo, Request, Response};
 use crate::counters::Snapshot;
+use crate::cq::EventLine;
 use crate::ring::{Consumer, Ring};
 use crate::types::{Gid, PortAttr};
 
@@ -34,6 +35,8 @@ pub(super) struct Inner {
     /// Set when a wait saw the NIC hang up, so the next post fails even before the backend
     /// has noticed.
     pub(super) gone: AtomicBool,
+    /// The CM event line, asked of the NIC at the first [`Context::cm_wait`].
+    pub(super) cm_line: OnceLock<Arc<EventLine>>,
 }
 
 impl Inner {
@@ -95,6 +98,7 @@ impl Context {
                 device,
                 mrs: Mutex::new(HashMap::new()),
                 gone: AtomicBool::new(false),
+                cm_line: OnceLock::new(),
             }),
         })
     }

@@ -411,3 +411,65 @@ fn the_rdma_cm_connects_hosts_of_nics_behind_sockets() {
     );
     drop(active);
 }
+
+/// A thread waiting for CM events (a program's CM thread, as rping's) holds nothing of the
+/// context's control connection: another thread's verbs (a teardown) go on meanwhile, and the
+/// next event wakes the wait. Waiting inside the NIC (`cm_event` with a timeout) held the
+/// connection, so that a rping server's teardown queued behind its CM thread's waits and, on a
+/// loaded machine, did not exit for many seconds.
+#[test]
+fn waiting_for_cm_events_leaves_the_control_connection_to_other_threads() {
+    use roce_nic::cm::{CmEventKind, ConnParam};
+    let patience = Duration::from_secs(20);
+    let dir = Dir::new("cmwait");
+    let nics = nics(&dir.0, "cmwait");
+    let a = host(connect(&nics.a), &nic_name("cmwait", 'x'));
+    let b = host(connect(&nics.b), &nic_name("cmwait", 'y'));
+    let listener = a.ctx.cm_listen("0.0.0.0:7175".parse().unwrap()).unwrap();
+    let waiter = {
+        let ctx = a.ctx.clone();
+        std::thread::spawn(move || {
+            let woke = ctx.cm_wait(Some(patience)).unwrap();
+            (woke, ctx.cm_event(Some(Duration::ZERO)))
+        })
+    };
+    // Twenty verbs over the same connection while the CM thread waits.
+    let worker = {
+        let ctx = a.ctx.clone();
+        std::thread::spawn(move || {
+            for _ in 0..20 {
+                drop(ctx.alloc_pd().unwrap());
+            }
+        })
+    };
+    let deadline = Instant::now() + patience;
+    while !worker.is_finished() {
+        assert!(
+            Instant::now() < deadline,
+            "the verbs queued behind the wait for CM events"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    worker.join().unwrap();
+    // Nothing happened to A's IDs yet: the wait goes on.
+    assert!(!waiter.is_finished());
+
+    let _active = b
+        .ctx
+        .cm_connect(&b.qp, (ip(1), 7175).into(), &ConnParam::default())
+        .unwrap();
+    let (woke, event) = waiter.join().unwrap();
+    assert!(woke, "the connect request wakes the wait");
+    let event = event.expect("the event is there to take at once");
+    assert_eq!(event.kind, CmEventKind::ConnectRequest);
+    assert_eq!(event.listen_id, Some(listener.id()));
+    // B's first wait (its line is made then, perhaps after the REJ came): woken all the same.
+    a.ctx.cm_request_id(&event).reject(&[]).unwrap();
+    assert!(b.ctx.cm_wait(Some(patience)).unwrap());
+    assert!(matches!(
+        b.ctx.cm_event(Some(Duration::ZERO)).unwrap().kind,
+        CmEventKind::Rejected { .. }
+    ));
+    // Nothing more: the wait times out as asked.
+    assert!(!b.ctx.cm_wait(Some(Duration::from_millis(1))).unwrap());
+}

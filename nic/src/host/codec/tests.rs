@@ -232,6 +232,7 @@ fn requests() -> Vec<Request> {
             cap: QpCap::default(),
             sq_sig_all: false,
         },
+        Request::CmEventLine,
     ]
 }
 
@@ -349,6 +350,9 @@ fn answers() -> Vec<Response> {
             region: Arc::new(Region::shared(65536).unwrap()),
             geometry: Geometry::new(0, 512, 64),
         },
+    });
+    all.push(Response::CmEventLine {
+        line: EventLine::new().unwrap(),
     });
     all.push(Response::TcpStream {
         stream: UnixStream::pair().unwrap().0,
@@ -931,7 +935,7 @@ fn the_encoding_is_pinned_to_the_protocol_version() {
     }
     assert_eq!(
         (PROTOCOL_VERSION, hash),
-        (10, 0x6a42_f5df_dbd2_1d6f),
+        (11, 0x7a12_9535_e4ed_ee8b),
         "the control messages' encoding changed: give messages::PROTOCOL_VERSION a new number, \
          and pin it here with the new hash ({hash:#018x})"
     );
