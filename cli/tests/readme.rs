@@ -81,7 +81,7 @@ fn skipped(block: &Block) -> Option<&'static str> {
     if block.rust {
         return Some("a Rust fragment of the verbs API, not a command");
     }
-    let reasons: [(&str, &str); 11] = [
+    let reasons: [(&str, &str); 12] = [
         (
             "tests/interop/softroce-vm",
             "needs the QEMU guest (cli/tests/softroce.rs runs it)",
@@ -118,6 +118,10 @@ fn skipped(block: &Block) -> Option<&'static str> {
         (
             "tests/interop/softroce-vm run -- rping",
             "needs the QEMU guest",
+        ),
+        (
+            "cargo build --release -p roce-nic --example write_profile",
+            "a profile under valgrind: a release build and minutes, no pass or fail",
         ),
         (
             "switch --rate",
