@@ -393,6 +393,36 @@ case("msn-break", "msn", msn_break)
 case("msn-bend", None, msn_bend)
 
 
+# --- ack-credits ------------------------------------------------------------------------------
+def credits_break(c):
+    # 8 credits (code 6), one SEND: the responder has 7 receives left at least, advertised as 6
+    # (code 5); 3 credits (code 3) takes back receives no message consumed.
+    p = c.mtu_1024()
+    c.req(SEND_ONLY, p, 16)
+    f = c.ans(ACKNOWLEDGE, p, syndrome=6, msn=2)
+    c.req(SEND_ONLY, p + 1, 16)
+    return [f, c.ans(ACKNOWLEDGE, p + 1, syndrome=3, msn=3)]
+
+
+def credits_bend(c):
+    # Credits rise after the host posts receives (unseen on the wire), code 31 says nothing,
+    # and a fall by one message, rounded down by the encoding (8 to 6), is legal.
+    p = c.mtu_1024()
+    c.req(SEND_ONLY, p, 16)
+    c.ans(ACKNOWLEDGE, p, syndrome=3, msn=2)
+    c.req(SEND_ONLY, p + 1, 16)
+    c.ans(ACKNOWLEDGE, p + 1, syndrome=ACK, msn=3)
+    c.req(SEND_ONLY, p + 2, 16)
+    c.ans(ACKNOWLEDGE, p + 2, syndrome=6, msn=4)
+    c.req(SEND_ONLY, p + 3, 16)
+    c.ans(ACKNOWLEDGE, p + 3, syndrome=5, msn=5)
+    return []
+
+
+case("ack-credits-break", "ack-credits", credits_break)
+case("ack-credits-bend", None, credits_bend)
+
+
 # --- read-response, read-response-psn ---------------------------------------------------------
 def read_break(c):
     p = c.mtu_1024()

@@ -33,7 +33,7 @@ pub struct Args {
     allow: Vec<Rule>,
     /// The network may reorder packets (fault injection, several paths): do not judge the
     /// rules that depend on the order of the two directions (resend-cause, nak-go-back,
-    /// ack-coverage). They are not judged either where a capture shows reordering.
+    /// ack-coverage, ack-credits). They are not judged either where a capture shows reordering.
     #[arg(long)]
     reordering: bool,
     /// The capture was taken at the host with this address (`roce nic --pcap` records at the
@@ -219,7 +219,7 @@ fn render_conversation(text: &mut String, c: &Conversation) {
     if !c.order_judged {
         let _ = writeln!(
             text,
-            "  the network reordered packets: resend-cause, nak-go-back and ack-coverage not judged"
+            "  the network reordered packets: resend-cause, nak-go-back, ack-coverage and ack-credits not judged"
         );
     }
     for (i, d) in c.directions.iter().enumerate() {

@@ -128,7 +128,7 @@ fn rules_are_listed_and_an_unknown_one_is_refused() {
     let out = conform(&["--rules"]);
     assert_eq!(out.status.code(), Some(0));
     let listed = text(&out.stdout);
-    assert_eq!(listed.lines().count(), 22, "{listed}");
+    assert_eq!(listed.lines().count(), 23, "{listed}");
     assert!(listed.contains("rnr-wait") && listed.contains("IBTA 9.7.5.2.8"));
     let bad = conform(&["--allow", "no-such-rule", &capture("all-verbs.pcap")]);
     assert_eq!(bad.status.code(), Some(2));

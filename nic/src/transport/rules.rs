@@ -121,6 +121,46 @@ pub fn received_before(syndrome: Option<Syndrome>, p: u32) -> u32 {
     }
 }
 
+/// The receive WQEs each AETH credit count code advertises (IBTA 9.7.7.2, end-to-end flow
+/// control, and its table of credit count encodings; the same table as Linux's rdmavt
+/// `credit_table`): codes 0 to 30. Code 31, [`roce_wire::aeth::UNLIMITED_CREDITS`], is the
+/// "invalid" code: no credit information. The field is five bits, so every value is a code.
+pub const CREDIT_COUNTS: [u32; 31] = [
+    0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536,
+    2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768,
+];
+
+/// The credits an AETH credit count code advertises; `None` for code 31 (no information).
+#[inline]
+pub fn credits(code: u8) -> Option<u32> {
+    CREDIT_COUNTS.get(usize::from(code & 0x1f)).copied()
+}
+
+/// The code a responder with `posted` receive WQEs left advertises: the largest count in the
+/// table that is not more than it (a responder may not promise receives it has not got).
+#[inline]
+pub fn credit_code(posted: u32) -> u8 {
+    CREDIT_COUNTS
+        .partition_point(|&c| c <= posted)
+        .saturating_sub(1) as u8
+}
+
+/// Whether an ACK advertising credit code `later` may follow one from the same responder
+/// advertising `earlier`, when at most `consumed` receive-consuming messages (SENDs, RDMA
+/// WRITEs with immediate) reached it in between. The host may post receives at any time,
+/// unseen on the wire, so the count may always rise; it falls by one per message consumed,
+/// at most, and the encoding rounds down: after 8 credits and one message, 6 (code 5) is the
+/// least a responder with 7 receives left advertises. Code 31 says nothing either way.
+#[inline]
+pub fn credits_fall_ok(earlier: u8, later: u8, consumed: u32) -> bool {
+    match (credits(earlier), credits(later)) {
+        (Some(had), Some(has)) => {
+            has >= CREDIT_COUNTS[usize::from(credit_code(had.saturating_sub(consumed)))]
+        }
+        _ => true,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,5 +218,27 @@ mod tests {
             5
         );
         assert_eq!(received_before(None, psn::MASK), 0);
+    }
+
+    #[test]
+    fn credits_fall_only_by_the_messages_consumed() {
+        use roce_wire::aeth::UNLIMITED_CREDITS;
+        assert_eq!(credits(0), Some(0));
+        assert_eq!(credits(6), Some(8));
+        assert_eq!(credits(30), Some(32768));
+        assert_eq!(credits(UNLIMITED_CREDITS), None);
+        assert_eq!(credit_code(7), 5);
+        assert_eq!(credit_code(8), 6);
+        assert_eq!(credit_code(100_000), 30);
+        // 8 credits, one message consumed: 7 left, advertised as 6.
+        assert!(credits_fall_ok(6, 5, 1));
+        assert!(!credits_fall_ok(6, 4, 1));
+        assert!(!credits_fall_ok(6, 5, 0));
+        // Receives posted meanwhile: any rise.
+        assert!(credits_fall_ok(3, 30, 0));
+        // More consumed than advertised: anything down to zero.
+        assert!(credits_fall_ok(3, 0, 5));
+        assert!(credits_fall_ok(UNLIMITED_CREDITS, 0, 0));
+        assert!(credits_fall_ok(6, UNLIMITED_CREDITS, 0));
     }
 }

@@ -23,6 +23,7 @@ pub enum Rule {
     AnswerUnsent,
     AckCoverage,
     Msn,
+    AckCredits,
     ReadResponse,
     ReadResponsePsn,
     AtomicAckPsn,
@@ -33,7 +34,7 @@ pub enum Rule {
 }
 
 impl Rule {
-    pub const ALL: [Rule; 22] = [
+    pub const ALL: [Rule; 23] = [
         Rule::OpcodeSequence,
         Rule::PayloadMtu,
         Rule::PathMtu,
@@ -49,6 +50,7 @@ impl Rule {
         Rule::AnswerUnsent,
         Rule::AckCoverage,
         Rule::Msn,
+        Rule::AckCredits,
         Rule::ReadResponse,
         Rule::ReadResponsePsn,
         Rule::AtomicAckPsn,
@@ -76,6 +78,7 @@ impl Rule {
             Rule::AnswerUnsent => "answer-unsent",
             Rule::AckCoverage => "ack-coverage",
             Rule::Msn => "msn",
+            Rule::AckCredits => "ack-credits",
             Rule::ReadResponse => "read-response",
             Rule::ReadResponsePsn => "read-response-psn",
             Rule::AtomicAckPsn => "atomic-ack-psn",
@@ -108,6 +111,9 @@ impl Rule {
             Rule::AnswerUnsent => "an answer names a PSN that was sent",
             Rule::AckCoverage => "an ACK covers only PSNs the responder has: not one it NAKed and never got again (a copy crossing the NAK counts)",
             Rule::Msn => "the MSN counts the messages the responder completed",
+            Rule::AckCredits => {
+                "an RC responder's credit count falls between two ACKs by at most the receive-consuming messages sent in between"
+            }
             Rule::ReadResponse => "READ responses: FIRST/MIDDLE/LAST or ONLY, sizes by the DMA length and path MTU",
             Rule::ReadResponsePsn => "a READ response carries a PSN its READ reserved",
             Rule::AtomicAckPsn => "an atomic ACK carries the PSN of an atomic request",
@@ -139,6 +145,9 @@ impl Rule {
             Rule::AnswerUnsent => "IBTA 9.7.5.2 (responses answer requests received)",
             Rule::AckCoverage => "IBTA 9.7.5.2.1 (coalesced ACKs)",
             Rule::Msn => "IBTA 9.7.5.2.1 (MSN), C9-148 (READ counted when received)",
+            Rule::AckCredits => {
+                "IBTA 9.7.7.2 (end-to-end flow control: AETH credit count encoding, code 31 invalid)"
+            }
             Rule::ReadResponse => "IBTA 9.4.4 (RDMA READ responses), 9.7.5.2",
             Rule::ReadResponsePsn => "IBTA 9.7.1, 9.7.5.2",
             Rule::AtomicAckPsn => "IBTA 9.4.5 (atomic ACK PSN)",

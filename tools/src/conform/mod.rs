@@ -83,7 +83,7 @@ pub struct Conversation {
     /// Answers to requests from before the capture started.
     pub started_late: bool,
     /// Whether the rules that depend on the order of both directions (resend-cause,
-    /// nak-go-back, ack-coverage) were judged: not where the capture shows the network
+    /// nak-go-back, ack-coverage, ack-credits) were judged: not where the capture shows the network
     /// reordering packets, which the IBTA assumes it does not.
     pub order_judged: bool,
     /// Per direction, whether its requester's resends were judged (`resend-cause`): not for a

@@ -152,6 +152,9 @@ pub struct Stream {
     recent_resends: Vec<(u32, u64)>,
     /// READs and atomics (their first PSNs) sent and not answered yet, oldest first.
     unanswered: Vec<u32>,
+    /// The last credit count advertised (code 31 aside): its code, the PSN from which the
+    /// requests sent count as consuming receives after it, and its frame.
+    credits: Option<(u8, u32, u64)>,
 }
 
 impl Stream {
@@ -183,6 +186,7 @@ impl Stream {
             answer_high: None,
             recent_resends: Vec::new(),
             unanswered: Vec::new(),
+            credits: None,
         }
     }
 
@@ -891,6 +895,9 @@ impl Stream {
             return;
         }
         self.note_order(p);
+        if let Some(Syndrome::Ack { credits }) = syndrome {
+            self.check_credits(frame, credits, psn::add(p, 1));
+        }
         self.note_answered(kind, p);
         // A plain ACK for a READ's or an atomic's own PSN says it was executed, and that its
         // answer went missing.
@@ -1081,6 +1088,56 @@ impl Stream {
             self.unanswered
                 .retain(|&q| psn::before(f, q) && slots[q as usize % SLOTS].tag == q + 1);
         }
+    }
+
+    /// An answer's credit count (code `code`), acknowledging the PSNs before `before`, against
+    /// the last one advertised: it may fall by the receive-consuming messages the requester
+    /// sent since that one's PSN, at most (IBTA 9.7.7.2; [`rules::credits_fall_ok`]). Judged
+    /// with the order rules: an ACK the network delayed behind a later one seems to take
+    /// credits back.
+    fn check_credits(&mut self, frame: u64, code: u8, before: u32) {
+        let Some(has) = rules::credits(code) else {
+            return;
+        };
+        if let Some((earlier, from, earlier_frame)) = self.credits {
+            let consumed = self.receives_sent_from(from);
+            if let (Some(had), Some(consumed)) = (rules::credits(earlier), consumed) {
+                if !rules::credits_fall_ok(earlier, code, consumed) && self.deferred.len() < AHEAD {
+                    let least = rules::credits(rules::credit_code(had.saturating_sub(consumed)));
+                    self.deferred.push(Finding::new(
+                        Rule::AckCredits,
+                        [earlier_frame, frame],
+                        format!(
+                            "at least {} credits: {had} advertised before, and at most {consumed} receive-consuming messages sent since",
+                            least.unwrap_or(0)
+                        ),
+                        format!("{has} credits (code {code})"),
+                    ));
+                }
+            }
+        }
+        self.credits = Some((code, before, frame));
+    }
+
+    /// The messages that take a receive WQE (SENDs, RDMA WRITEs with immediate) with a packet
+    /// at PSN `from` or after it, among the requests sent so far; `None` when the capture lacks
+    /// some of those PSNs (how many took a receive is then unknown).
+    fn receives_sent_from(&self, from: u32) -> Option<u32> {
+        let n = psn::diff(self.high, from);
+        if n > SLOTS as i32 / 2 {
+            return None;
+        }
+        let mut consumed = 0;
+        for i in 0..n.max(0) as u32 {
+            let op = self.slot(psn::add(from, i))?.opcode();
+            let kind = op.kind();
+            // A SEND counts once, where it starts (or at `from`, when it started before);
+            // a WRITE's immediate comes with its last packet.
+            let takes = (kind.is_send() && (op.position().is_start() || i == 0))
+                || matches!(kind, Kind::WriteLastImm | Kind::WriteOnlyImm);
+            consumed += u32::from(takes);
+        }
+        Some(consumed)
     }
 
     fn acknowledge(&mut self, before: u32, time: Duration) {
