@@ -462,8 +462,9 @@ fn our_nic_with_the_low_timer_under_loss_follows_the_rules() {
     let (a, b, counters) =
         faulty_run_with(&dir, "drop=0.03,seed=11", 150, at_each_nic(false), true);
     assert!(
-        counters.retransmit_timeouts > 0 && counters.retransmitted_packets > 0,
-        "the low timer fired: {counters:?}"
+        counters.retransmitted_packets > 0
+            && counters.retransmit_timeouts + counters.tail_probes > 0,
+        "the losses were recovered by timers or probes: {counters:?}"
     );
     assert_conformant(&a, &b, 11);
     assert!(a.conversations[0].order_judged && b.conversations[0].order_judged);
