@@ -6,5 +6,5 @@
 //! glibc 2.34 moved from libpthread into libc). The loader still requires this file to exist
 //! and to declare the nodes a program names.
 //!
-//! Every program that uses librdmacm links libibverbs too (it needs `ibv_*` for its memory and
-//! queues), so our libibverbs is always there to answer.
+//! This file names `libibverbs.so.1` as NEEDED (build.rs), as rdma-core's does, so our
+//! libibverbs is loaded to answer even for a program that calls no `ibv_*` itself.

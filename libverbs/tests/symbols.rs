@@ -136,4 +136,20 @@ fn we_define_everything_the_programs_and_providers_import() {
     assert!(
         String::from_utf8_lossy(&soname.stdout).contains("SONAME               libibverbs.so.1")
     );
+    // As rdma-core's, our librdmacm names libibverbs (where its calls are): a program calling
+    // only rdma_*, linked --as-needed, still loads it.
+    let rdmacm = Command::new("objdump")
+        .arg("-p")
+        .arg(ours("librdmacm.so"))
+        .output()
+        .unwrap();
+    let rdmacm = String::from_utf8_lossy(&rdmacm.stdout);
+    assert!(
+        rdmacm.contains("SONAME               librdmacm.so.1"),
+        "{rdmacm}"
+    );
+    assert!(
+        rdmacm.contains("NEEDED               libibverbs.so.1"),
+        "{rdmacm}"
+    );
 }
