@@ -431,23 +431,24 @@ fn ibv_srq_pingpong_runs_between_two_nics_and_against_roce_pingpong() {
     assert_eq!(iters(&server.drain_stdout()), 100);
 }
 
-/// Builds examples/c/rdma_write.c with the system's verbs header and library, as a user
-/// would (`gcc ... -libverbs`); None (a skip) without gcc or libibverbs-dev.
-fn build_example(env: &Env) -> Option<std::path::PathBuf> {
+/// Builds the C program `source` (relative to this crate) with the system's headers, as a user
+/// would (`gcc -Wall -Wextra -Werror ... LIBS`); None (a skip) without gcc or without `header`
+/// (the -dev package that ships it).
+fn build_c(env: &Env, source: &str, header: &str, libs: &[&str]) -> Option<std::path::PathBuf> {
     if !installed("gcc", "gcc") {
         return None;
     }
-    if !std::path::Path::new("/usr/include/infiniband/verbs.h").exists() {
-        roce_tests::skip("libibverbs-dev is not installed (no infiniband/verbs.h)");
+    if !std::path::Path::new(header).exists() {
+        roce_tests::skip(&format!("{header} is not installed (its -dev package)"));
         return None;
     }
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/c/rdma_write.c");
-    let exe = env.dir.join("rdma_write");
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(source);
+    let exe = env.dir.join(src.file_stem().unwrap());
     let built = Command::new("gcc")
         .args(["-Wall", "-Wextra", "-Werror", "-o"])
         .arg(&exe)
         .arg(&src)
-        .arg("-libverbs")
+        .args(libs)
         .output()
         .unwrap();
     assert!(
@@ -456,6 +457,21 @@ fn build_example(env: &Env) -> Option<std::path::PathBuf> {
         String::from_utf8_lossy(&built.stderr)
     );
     Some(exe)
+}
+
+const VERBS_H: &str = "/usr/include/infiniband/verbs.h";
+
+/// Builds examples/c/rdma_write.c with the system's verbs header and library.
+fn build_example(env: &Env) -> Option<std::path::PathBuf> {
+    build_c(env, "../examples/c/rdma_write.c", VERBS_H, &["-libverbs"])
+}
+
+/// The `CASE what: answer` lines a C test program prints.
+fn cases(stdout: &str) -> Vec<(&str, &str)> {
+    stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("CASE ")?.split_once(": "))
+        .collect()
 }
 
 /// `len` bytes of another process's memory at `addr` (/proc/PID/mem: works while it is
@@ -864,39 +880,17 @@ fn pingpongs_and_roce_pingpong_talk_both_ways() {
 
 #[test]
 fn bad_use_from_c_gets_libibverbs_errors_and_never_crashes() {
-    if !installed("gcc", "gcc") {
-        return;
-    }
-    if !std::path::Path::new("/usr/include/infiniband/verbs.h").exists() {
-        roce_tests::skip("libibverbs-dev is not installed (no infiniband/verbs.h)");
-        return;
-    }
     let env = Env::new("lvbad");
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/bad_use.c");
-    let exe = env.dir.join("bad_use");
-    let built = Command::new("gcc")
-        .args(["-Wall", "-Wextra", "-Werror", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .arg("-libverbs")
-        .output()
-        .unwrap();
-    assert!(
-        built.status.success(),
-        "{}",
-        String::from_utf8_lossy(&built.stderr)
-    );
+    let Some(exe) = build_c(&env, "tests/c/bad_use.c", VERBS_H, &["-libverbs"]) else {
+        return;
+    };
     let (a, b) = cabled_pair(&env, 70);
     let _na = env.nic(&a);
     let nb = env.nic(&b);
     // Without --nic the program sees both NICs of this test's runtime directory.
     let done = run(&env, None, &[exe.to_str().unwrap()]);
     assert!(done.status.success(), "{}{}", done.stdout, done.stderr);
-    let cases: Vec<(&str, &str)> = done
-        .stdout
-        .lines()
-        .filter_map(|l| l.strip_prefix("CASE ")?.split_once(": "))
-        .collect();
+    let cases = cases(&done.stdout);
     let expected = [
         ("reg_mr of unmapped memory", "Bad address"),
         (
@@ -930,37 +924,15 @@ fn bad_use_from_c_gets_libibverbs_errors_and_never_crashes() {
 
 #[test]
 fn shared_receive_queues_from_c_answer_as_libibverbs_does() {
-    if !installed("gcc", "gcc") {
-        return;
-    }
-    if !std::path::Path::new("/usr/include/infiniband/verbs.h").exists() {
-        roce_tests::skip("libibverbs-dev is not installed (no infiniband/verbs.h)");
-        return;
-    }
     let env = Env::new("lvsrqc");
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/srq_use.c");
-    let exe = env.dir.join("srq_use");
-    let built = Command::new("gcc")
-        .args(["-Wall", "-Wextra", "-Werror", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .arg("-libverbs")
-        .output()
-        .unwrap();
-    assert!(
-        built.status.success(),
-        "{}",
-        String::from_utf8_lossy(&built.stderr)
-    );
+    let Some(exe) = build_c(&env, "tests/c/srq_use.c", VERBS_H, &["-libverbs"]) else {
+        return;
+    };
     let (a, _b) = cabled_pair(&env, 71);
     let _na = env.nic(&a);
     let done = run(&env, Some(&a.name), &[exe.to_str().unwrap()]);
     assert!(done.status.success(), "{}{}", done.stdout, done.stderr);
-    let cases: Vec<(&str, &str)> = done
-        .stdout
-        .lines()
-        .filter_map(|l| l.strip_prefix("CASE ")?.split_once(": "))
-        .collect();
+    let cases = cases(&done.stdout);
     let expected = [
         ("query_device", "ok"),
         ("max_srq nonzero", "yes"),
@@ -995,39 +967,20 @@ fn shared_receive_queues_from_c_answer_as_libibverbs_does() {
 /// they are taken; made non-blocking, `rdma_get_cm_event` answers EAGAIN (tests/c/cm_channel.c).
 #[test]
 fn an_event_channels_descriptor_is_readable_while_events_wait() {
-    if !installed("gcc", "gcc") {
-        return;
-    }
-    if !std::path::Path::new("/usr/include/rdma/rdma_cma.h").exists() {
-        roce_tests::skip("librdmacm-dev is not installed (no rdma/rdma_cma.h)");
-        return;
-    }
     let env = Env::new("lvchan");
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/cm_channel.c");
-    let exe = env.dir.join("cm_channel");
-    // Linked as gcc links by default (--as-needed): the program calls no ibv_* itself, and
-    // finds the rdma_* calls through our librdmacm.so.1's NEEDED libibverbs.so.1.
-    let built = Command::new("gcc")
-        .args(["-Wall", "-Wextra", "-Werror", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .args(["-lrdmacm", "-libverbs"])
-        .output()
-        .unwrap();
-    assert!(
-        built.status.success(),
-        "{}",
-        String::from_utf8_lossy(&built.stderr)
-    );
+    // Linked --as-needed (the default of some distributions' gcc): the program calls no ibv_*
+    // itself, so libibverbs drops out of its own list, and it finds the rdma_* calls through
+    // our librdmacm.so.1's NEEDED libibverbs.so.1.
+    let rdma_cma_h = "/usr/include/rdma/rdma_cma.h";
+    let libs = ["-Wl,--as-needed", "-lrdmacm", "-libverbs"];
+    let Some(exe) = build_c(&env, "tests/c/cm_channel.c", rdma_cma_h, &libs) else {
+        return;
+    };
     let (a, _b) = cabled_pair(&env, 73);
     let _na = env.nic(&a);
     let done = run(&env, Some(&a.name), &[exe.to_str().unwrap(), "10.73.0.2"]);
     assert!(done.status.success(), "{}{}", done.stdout, done.stderr);
-    let cases: Vec<(&str, &str)> = done
-        .stdout
-        .lines()
-        .filter_map(|l| l.strip_prefix("CASE ")?.split_once(": "))
-        .collect();
+    let cases = cases(&done.stdout);
     assert_eq!(
         cases,
         [
