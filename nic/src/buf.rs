@@ -1,10 +1,12 @@
 //! Frame buffers that are recycled instead of allocated: the data path takes one from a pool,
 //! builds a frame in it, hands it to a link, and when the last holder drops it the buffer goes
 //! back to the pool it came from. After warm-up no frame costs an allocation.
+//!
+//! The pool hands out the buffer returned last: it is still in the cache (a frame is built, sent
+//! and dropped within one engine pass), where the oldest idle buffer of a few hundred would be
+//! cold — and every frame would start with cache misses on its header and payload.
 
-use std::sync::Arc;
-
-use crossbeam::queue::ArrayQueue;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Room for the largest frame any link carries: a 9000-byte jumbo frame plus headers.
 pub const FRAME_CAPACITY: usize = 9216;
@@ -12,14 +14,20 @@ pub const FRAME_CAPACITY: usize = 9216;
 /// A bounded stock of frame buffers, shared by everyone who sends frames through one device.
 #[derive(Debug)]
 pub struct BufPool {
-    free: ArrayQueue<Box<[u8]>>,
+    /// Idle buffers, the most recently returned last. A lock, not a lock-free queue: buffers
+    /// come back mostly from the thread that takes them, so it is uncontended, and a queue would
+    /// hand out the coldest buffer.
+    free: Mutex<Vec<Box<[u8]>>>,
+    capacity: usize,
 }
 
 impl BufPool {
     /// A pool that keeps at most `capacity` idle buffers (more may exist while in flight).
     pub fn new(capacity: usize) -> Arc<BufPool> {
+        let capacity = capacity.max(1);
         Arc::new(BufPool {
-            free: ArrayQueue::new(capacity.max(1)),
+            free: Mutex::new(Vec::with_capacity(capacity)),
+            capacity,
         })
     }
 
@@ -27,16 +35,28 @@ impl BufPool {
     /// does not allocate while it warms up or when a burst briefly needs more frames than usual.
     pub fn stocked(capacity: usize, stock: usize) -> Arc<BufPool> {
         let pool = BufPool::new(capacity);
-        for _ in 0..stock.min(capacity) {
-            let _ = pool.free.push(vec![0u8; FRAME_CAPACITY].into_boxed_slice());
-        }
+        pool.free()
+            .extend((0..stock.min(capacity)).map(|_| vec![0u8; FRAME_CAPACITY].into_boxed_slice()));
         pool
+    }
+
+    fn free(&self) -> MutexGuard<'_, Vec<Box<[u8]>>> {
+        // A panic while holding the lock cannot leave the vector half-changed.
+        self.free.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes back a buffer; a full pool frees it (enough buffers are idle already).
+    fn give_back(&self, data: Box<[u8]>) {
+        let mut free = self.free();
+        if free.len() < self.capacity {
+            free.push(data);
+        }
     }
 
     /// A buffer of [`FRAME_CAPACITY`] bytes with length 0.
     pub fn take(self: &Arc<Self>) -> FrameBuf {
         let data = self
-            .free
+            .free()
             .pop()
             .unwrap_or_else(|| vec![0u8; FRAME_CAPACITY].into_boxed_slice());
         FrameBuf {
@@ -100,8 +120,7 @@ impl std::ops::DerefMut for FrameBuf {
 impl Drop for FrameBuf {
     fn drop(&mut self) {
         if let Some(data) = self.data.take() {
-            // A full pool means enough buffers are idle already; this one is freed.
-            let _ = self.home.free.push(data);
+            self.home.give_back(data);
         }
     }
 }
@@ -126,5 +145,24 @@ mod tests {
         let b = pool.take();
         assert_eq!(b.data.as_ref().unwrap().as_ptr(), ptr);
         assert!(b.is_empty());
+    }
+
+    #[test]
+    fn the_buffer_returned_last_is_taken_first() {
+        let pool = BufPool::stocked(8, 4);
+        let (a, b) = (pool.take(), pool.take());
+        let (pa, pb) = (a.as_ptr(), b.as_ptr());
+        drop(a);
+        drop(b);
+        let (c, d) = (pool.take(), pool.take());
+        assert_eq!((c.as_ptr(), d.as_ptr()), (pb, pa));
+    }
+
+    #[test]
+    fn a_full_pool_frees_what_comes_back() {
+        let pool = BufPool::new(2);
+        let bufs: Vec<FrameBuf> = (0..5).map(|_| pool.take()).collect();
+        drop(bufs);
+        assert_eq!(pool.free().len(), 2);
     }
 }
