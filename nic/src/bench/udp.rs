@@ -7,6 +7,7 @@
 //! charged to it (its time is scaled by sent/received), so it is a goodput too. The receiver
 //! is a child process the caller names (a program that calls [`run_sink_from_env`]).
 
+use std::collections::VecDeque;
 use std::io::{self, BufReader};
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, AsRawFd};
@@ -14,8 +15,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::procs::{line_starting, Guard};
-use crate::buf::{BufPool, FrameBuf};
+use crate::buf::BufPool;
 use crate::link::udp_batch::{UdpBatch, MAX_BATCH};
+use crate::link::udp_recv::{BatchReceiver, RECV_BUFFERS};
 
 /// Set in the environment of the receiver: `LOCAL,PEER` addresses.
 pub const SINK_ENDS: &str = "ROCE_BENCH_UDP_SINK";
@@ -207,7 +209,8 @@ pub fn run_sink_from_env() -> io::Result<()> {
 
 /// The receiver, bound to the first address of `ends` and connected to the second: counts
 /// datagrams and acknowledges every 32nd (`ACK_EVERY`); a one-byte datagram asks for the count
-/// since the last ask. `batched`: it takes them with recvmmsg, as the cable does. Ends when
+/// since the last ask. `batched`: it takes them with recvmmsg and GRO, cut into frames, as the
+/// cable does. Ends when
 /// its parent kills it, or after 15 minutes (a forgotten receiver does not live forever).
 pub fn run_sink(ends: &str, batched: bool) -> io::Result<()> {
     let (local, peer) = ends
@@ -222,11 +225,12 @@ pub fn run_sink(ends: &str, batched: bool) -> io::Result<()> {
         writeln!(out, "sink ready")?;
         out.flush()?;
     }
-    let pool = BufPool::new(MAX_BATCH);
-    let mut bufs: Vec<FrameBuf> = (0..if batched { MAX_BATCH } else { 1 })
-        .map(|_| pool.take())
-        .collect();
-    let mut batch = UdpBatch::new(true);
+    let pool = BufPool::new(RECV_BUFFERS);
+    let mut frames = VecDeque::with_capacity(RECV_BUFFERS);
+    let mut receiver = BatchReceiver::new();
+    if batched {
+        receiver.enable_gro(socket.as_fd());
+    }
     let mut count = 0u64;
     let mut acked = 0u64;
     let deadline = Instant::now() + Duration::from_secs(900);
@@ -240,18 +244,16 @@ pub fn run_sink(ends: &str, batched: bool) -> io::Result<()> {
         if unsafe { libc::poll(&mut poll, 1, 1000) } <= 0 {
             continue;
         }
-        let n = if batched {
-            batch.recv(socket.as_fd(), &mut bufs).unwrap_or(0)
+        if batched {
+            let _ = receiver.recv(socket.as_fd(), &pool, &mut frames);
         } else {
-            match socket.recv(bufs[0].space()) {
-                Ok(len) => {
-                    bufs[0].set_len(len);
-                    1
-                }
-                Err(_) => 0,
+            let mut buf = pool.take();
+            if let Ok(len) = socket.recv(buf.space()) {
+                buf.set_len(len);
+                frames.push_back(buf);
             }
-        };
-        for buf in &bufs[..n] {
+        }
+        for buf in frames.drain(..) {
             if buf.len() == 1 {
                 let mut answer = [1u8; 9];
                 answer[1..].copy_from_slice(&count.to_le_bytes());

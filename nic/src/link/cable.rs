@@ -3,9 +3,10 @@
 //! `-netdev socket,udp=`) sends, so two NIC processes can be cabled together over loopback, or a
 //! virtual machine's network card plugged straight into our NIC, with no root and no tap device.
 //!
-//! Frames go out and come in by the batch ([`super::udp_batch`]): `send` collects frames and
-//! [`Link::flush_sends`] (at the end of each engine pass, or when a batch is full) hands them to
-//! the kernel with one `sendmmsg`; `recv` hands out frames that one `recvmmsg` brought in.
+//! Frames go out and come in by the batch: `send` collects frames and [`Link::flush_sends`] (at
+//! the end of each engine pass, or when a batch is full) hands them to the kernel with one
+//! `sendmmsg` ([`super::udp_batch`], runs of equal frames as one GSO message each); `recv` hands
+//! out frames that one `recvmmsg` brought in ([`super::udp_recv`], runs coalesced by GRO).
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -19,6 +20,7 @@ use rustix::net::sockopt;
 use tracing::{debug, warn};
 
 use super::udp_batch::{UdpBatch, MAX_BATCH};
+use super::udp_recv::{BatchReceiver, RECV_BUFFERS};
 use super::Link;
 use crate::buf::{BufPool, FrameBuf};
 use crate::waker::Waker;
@@ -76,21 +78,17 @@ impl fmt::Display for CableAddrs {
     }
 }
 
-/// Frames one `recvmmsg` may bring in.
-const RX_BATCH: usize = 64;
-
 /// One end of a UDP cable.
 pub struct CableLink {
     socket: UdpSocket,
     addrs: CableAddrs,
     pool: Option<Arc<BufPool>>,
     batch: UdpBatch,
+    receiver: BatchReceiver,
     /// Frames sent but not yet handed to the kernel.
     pending: Vec<FrameBuf>,
     /// Frames received and not yet taken.
     received: VecDeque<FrameBuf>,
-    /// Empty buffers for the next `recvmmsg`.
-    spare: Vec<FrameBuf>,
     /// Frames lost by batches sent since the last `flush_sends`.
     lost: u64,
 }
@@ -105,14 +103,16 @@ impl CableLink {
         socket.connect(addrs.remote)?;
         socket.set_nonblocking(true)?;
         grow_buffers(&socket);
+        let mut receiver = BatchReceiver::new();
+        receiver.enable_gro(socket.as_fd());
         Ok(CableLink {
             socket,
             addrs,
             pool: None,
             batch: UdpBatch::new(true),
+            receiver,
             pending: Vec::with_capacity(MAX_BATCH),
-            received: VecDeque::with_capacity(RX_BATCH),
-            spare: Vec::with_capacity(RX_BATCH),
+            received: VecDeque::with_capacity(RECV_BUFFERS),
             lost: 0,
         })
     }
@@ -142,18 +142,9 @@ impl CableLink {
     /// Fills `received` with what one `recvmmsg` finds.
     fn receive_batch(&mut self) -> io::Result<()> {
         // `attach` comes before any receive; a link used without an engine gets its own pool.
-        let pool = self.pool.get_or_insert_with(|| BufPool::new(64));
-        while self.spare.len() < RX_BATCH {
-            self.spare.push(pool.take());
-        }
-        let n = self.batch.recv(self.socket.as_fd(), &mut self.spare)?;
-        for buf in self.spare.drain(..n) {
-            if buf.is_empty() {
-                debug!("datagram larger than any frame dropped");
-                continue;
-            }
-            self.received.push_back(buf);
-        }
+        let pool = self.pool.get_or_insert_with(|| BufPool::new(RECV_BUFFERS));
+        self.receiver
+            .recv(self.socket.as_fd(), pool, &mut self.received)?;
         Ok(())
     }
 }
@@ -204,7 +195,13 @@ impl Link for CableLink {
         if self.received.is_empty() {
             self.receive_batch()?;
         }
-        Ok(self.received.pop_front())
+        while let Some(frame) = self.received.pop_front() {
+            if !frame.is_empty() {
+                return Ok(Some(frame));
+            }
+            debug!("datagram larger than any frame dropped");
+        }
+        Ok(None)
     }
 
     fn flush(&mut self) -> io::Result<()> {
@@ -227,8 +224,9 @@ impl Link for CableLink {
 
     fn describe(&self) -> String {
         let gso = if self.batch.gso() { ", GSO" } else { "" };
+        let gro = if self.receiver.gro() { ", GRO" } else { "" };
         format!(
-            "UDP cable {} -> {} (batched{gso})",
+            "UDP cable {} -> {} (batched{gso}{gro})",
             self.addrs.local, self.addrs.remote
         )
     }

@@ -12,6 +12,7 @@ pub mod pcap;
 pub mod pfc;
 pub mod shm;
 pub mod udp_batch;
+pub mod udp_recv;
 
 use std::io;
 use std::os::fd::RawFd;

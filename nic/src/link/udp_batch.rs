@@ -1,19 +1,17 @@
-//! Many datagrams per system call: `sendmmsg(2)` and `recvmmsg(2)`, and UDP segmentation offload
-//! (GSO, `UDP_SEGMENT`) where the kernel has it. Each Ethernet frame stays one datagram on the
+//! Many datagrams per system call: `sendmmsg(2)`, with UDP segmentation offload (GSO,
+//! `UDP_SEGMENT`) where the kernel has it ([`super::udp_recv`] is the other way). Each Ethernet frame stays one datagram on the
 //! wire — GSO only lets one `sendmmsg` message carry a run of equal-sized datagrams through the
 //! kernel's stack at once, which cuts them apart before any receiver sees them — so QEMU and
 //! every other peer of the cable read exactly what they read before.
 //!
-//! Nothing here copies a frame: each datagram's bytes are gathered from (or scattered into) the
-//! frame buffers themselves by the kernel, through one `iovec` per frame.
+//! Nothing here copies a frame: each datagram's bytes are gathered from the frame buffers
+//! themselves by the kernel, through one `iovec` per frame.
 
 use std::io;
 use std::ops::Deref;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
-use crate::buf::{FrameBuf, FRAME_CAPACITY};
-
-/// Most frames sent or received with one system call.
+/// Most frames sent with one system call.
 pub const MAX_BATCH: usize = 64;
 /// Most bytes one GSO message carries (a UDP datagram's payload limit, less some room).
 const GSO_MAX_BYTES: usize = 65_000;
@@ -33,7 +31,7 @@ pub struct UdpBatch {
 }
 
 // SAFETY: the raw pointers in `msgs` and `iovs` are written and used only within one call of
-// `send` or `recv` (which borrow everything they point to); between calls they are stale and
+// `send` (which borrows everything they point to); between calls they are stale and
 // never read.
 unsafe impl Send for UdpBatch {}
 
@@ -168,86 +166,24 @@ impl UdpBatch {
         }
         Ok(self.counts[..rc as usize].iter().sum())
     }
-
-    /// Receives up to `bufs.len()` (at most [`MAX_BATCH`]) datagrams from `fd` with one
-    /// `recvmmsg`, each into its buffer with its length set; a datagram larger than a frame
-    /// buffer leaves its buffer empty. Returns how many buffers were filled (0: nothing there).
-    pub fn recv(&mut self, fd: BorrowedFd<'_>, bufs: &mut [FrameBuf]) -> io::Result<usize> {
-        let bufs_len = bufs.len().min(MAX_BATCH);
-        let bufs = &mut bufs[..bufs_len];
-        self.msgs.clear();
-        self.iovs.clear();
-        for buf in bufs.iter_mut() {
-            let space = buf.space();
-            self.iovs.push(libc::iovec {
-                iov_base: space.as_mut_ptr().cast(),
-                iov_len: space.len(),
-            });
-        }
-        for i in 0..bufs.len() {
-            // SAFETY: an all-zero mmsghdr is a valid empty message.
-            let mut msg: libc::mmsghdr = unsafe { std::mem::zeroed() };
-            msg.msg_hdr.msg_iov = &mut self.iovs[i];
-            msg.msg_hdr.msg_iovlen = 1;
-            self.msgs.push(msg);
-        }
-        loop {
-            // SAFETY: each message points at one iovec, which points into a buffer of `bufs`,
-            // all alive and unaliased for the call; no timeout.
-            let rc = unsafe {
-                libc::recvmmsg(
-                    fd.as_raw_fd(),
-                    self.msgs.as_mut_ptr(),
-                    self.msgs.len() as libc::c_uint,
-                    libc::MSG_DONTWAIT,
-                    std::ptr::null_mut(),
-                )
-            };
-            if rc >= 0 {
-                let n = rc as usize;
-                for (buf, msg) in bufs.iter_mut().zip(&self.msgs).take(n) {
-                    let truncated = msg.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
-                    let len = msg.msg_len as usize;
-                    buf.set_len(if truncated || len > FRAME_CAPACITY {
-                        0
-                    } else {
-                        len
-                    });
-                }
-                return Ok(n);
-            }
-            let e = io::Error::last_os_error();
-            match e.kind() {
-                io::ErrorKind::WouldBlock => return Ok(0),
-                // A send of ours found no listener: reported once, then receiving goes on.
-                io::ErrorKind::ConnectionRefused | io::ErrorKind::Interrupted => continue,
-                _ => return Err(e),
-            }
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::buf::BufPool;
+    use crate::buf::{BufPool, FrameBuf};
     use std::net::UdpSocket;
     use std::os::fd::AsFd;
 
-    fn pair() -> (UdpSocket, UdpSocket) {
-        let a = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let b = UdpSocket::bind("127.0.0.1:0").unwrap();
-        a.connect(b.local_addr().unwrap()).unwrap();
-        b.connect(a.local_addr().unwrap()).unwrap();
-        (a, b)
-    }
-
     /// Frames of a 1 MiB WRITE (first, middles, a short last), acknowledgements between them:
-    /// each arrives as a datagram of its own, whole and in order, with and without GSO.
+    /// a plain receiver — QEMU's — reads each as a datagram of its own, whole and in order,
+    /// with and without GSO.
     #[test]
     fn each_frame_is_one_datagram_in_order_with_and_without_gso() {
         for gso in [true, false] {
-            let (a, b) = pair();
+            let a = UdpSocket::bind("127.0.0.1:0").unwrap();
+            let b = UdpSocket::bind("127.0.0.1:0").unwrap();
+            a.connect(b.local_addr().unwrap()).unwrap();
             let pool = BufPool::new(MAX_BATCH);
             let sizes: Vec<usize> = [4170]
                 .into_iter()
@@ -261,48 +197,12 @@ mod tests {
                 .collect();
             let mut batch = UdpBatch::new(gso);
             assert_eq!(batch.send(a.as_fd(), &frames).unwrap(), frames.len());
-            // Plain receives see plain datagrams: what QEMU sees.
             let mut buf = vec![0u8; 70_000];
-            for (i, &len) in sizes.iter().enumerate().take(10) {
+            for (i, &len) in sizes.iter().enumerate() {
                 let n = b.recv(&mut buf).unwrap();
                 assert_eq!(n, len, "datagram {i} (gso {gso})");
                 assert!(buf[..n].iter().all(|&x| x == i as u8));
             }
-            // And a batch receive the rest.
-            let mut bufs: Vec<FrameBuf> = (0..MAX_BATCH).map(|_| pool.take()).collect();
-            let mut got = Vec::new();
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-            while got.len() < sizes.len() - 10 {
-                assert!(std::time::Instant::now() < deadline);
-                let n = batch.recv(b.as_fd(), &mut bufs).unwrap();
-                got.extend(bufs[..n].iter().map(|f| (f.len(), f[0])));
-            }
-            let want: Vec<(usize, u8)> = sizes
-                .iter()
-                .enumerate()
-                .skip(10)
-                .map(|(i, &l)| (l, i as u8))
-                .collect();
-            assert_eq!(got, want, "gso {gso}");
-            assert_eq!(batch.recv(b.as_fd(), &mut bufs).unwrap(), 0);
         }
-    }
-
-    #[test]
-    fn a_datagram_too_large_for_a_frame_leaves_its_buffer_empty() {
-        let (a, b) = pair();
-        a.send(&vec![1u8; FRAME_CAPACITY + 100]).unwrap();
-        a.send(b"small").unwrap();
-        let pool = BufPool::new(4);
-        let mut bufs: Vec<FrameBuf> = (0..4).map(|_| pool.take()).collect();
-        let mut batch = UdpBatch::new(false);
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        let mut seen = Vec::new();
-        while seen.len() < 2 {
-            assert!(std::time::Instant::now() < deadline);
-            let n = batch.recv(b.as_fd(), &mut bufs).unwrap();
-            seen.extend(bufs[..n].iter().map(|f| f.to_vec()));
-        }
-        assert_eq!(seen, vec![Vec::new(), b"small".to_vec()]);
     }
 }
