@@ -18,8 +18,12 @@
 //! `roce host serve`; the NICs do the work (see `roce_nic::bench::procs`). The UDP baseline is
 //! `roce_nic::bench::udp`: flow-controlled as RC is, and charged for any loss.
 //! `cargo bench -p roce-cli --bench cable`; `roce bench --all` measures the same pairs.
+//!
+//! With `ROCE_BENCH_BEFORE=PATH` set to another build's `roce` program (kept from before a
+//! change), the cable WRITEs of this build's NICs are also paired with those of that build's,
+//! in alternating rounds: a before/after ratio that a loaded machine does not blur.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -106,6 +110,23 @@ fn main() {
         64.0,
         "MiB/s",
     );
+    if let Some(before) = std::env::var_os("ROCE_BENCH_BEFORE").map(PathBuf::from) {
+        let old = NicPair::start(&before, Medium::Cable, "before").expect("the other build's NICs");
+        paired(
+            "1 MiB RDMA WRITE goodput, cable: this build vs ROCE_BENCH_BEFORE",
+            || nic_writes(&cable, 64, MIB as u32, DEPTH_1MIB),
+            || nic_writes(&old, 64, MIB as u32, DEPTH_1MIB),
+            64.0,
+            "MiB/s",
+        );
+        paired(
+            "64 B RDMA WRITE rate, cable: this build vs ROCE_BENCH_BEFORE",
+            || nic_writes(&cable, 20_000, 64, DEPTH_64B),
+            || nic_writes(&old, 20_000, 64, DEPTH_64B),
+            20_000.0 / 1e3,
+            "k/s",
+        );
+    }
     paired(
         "64 B RDMA WRITE rate, cable vs one-datagram-per-call UDP",
         || nic_writes(&cable, 20_000, 64, DEPTH_64B),
