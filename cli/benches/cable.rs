@@ -2,7 +2,7 @@
 //! ceilings of that link measured in the same run: the same bytes, in datagrams of the same
 //! sizes as the cable's frames, sent by this process to a UDP receiver in another — one
 //! datagram per system call (`udp_*`), and batched as the cable batches them, with
-//! sendmmsg/recvmmsg and UDP GSO (`udp_batched_*`). And the same WRITEs between two `roce nic`
+//! sendmmsg/recvmmsg with UDP GSO and GRO (`udp_batched_*`). And the same WRITEs between two `roce nic`
 //! processes on a shared-memory link (`shm_*`), against two NICs in this process on the
 //! in-process cable (`inprocess_*`).
 //!

@@ -1,7 +1,7 @@
 //! The ceilings of the UDP cable, for comparing two `roce nic` processes with: the same bytes,
 //! in datagrams of the same sizes as the cable's frames, sent from this process to a receiver
 //! in another — one datagram per system call, or batched as the cable batches them
-//! (sendmmsg/recvmmsg and UDP GSO).
+//! (sendmmsg with UDP GSO, recvmmsg with UDP GRO).
 //!
 //! The stream is flow-controlled by a window and acknowledgements, as RC is; any loss is
 //! charged to it (its time is scaled by sent/received), so it is a goodput too. The receiver
