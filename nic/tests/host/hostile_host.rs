@@ -43,6 +43,7 @@ fn nics(dir: &Dir, label: &str, limits: &[&str]) -> Nics {
     let (la, lb) = mem::pair();
     let config = |end, n| {
         let mut c = DeviceConfig::new(&name(label, end), ip(n));
+        c.threads = roce_nic::testbed::test_threads();
         c.rings = RingMemory::Shared {
             prefix: c.name.clone(),
         };
