@@ -139,6 +139,11 @@ impl CounterSets {
         &self.sets[k]
     }
 
+    /// Thread `k`'s counters alone, `None` past the last thread.
+    pub fn snapshot_of(&self, k: usize) -> Option<Snapshot> {
+        self.sets.get(k).map(|set| set.snapshot())
+    }
+
     /// The device's counters: every thread's added up.
     pub fn snapshot(&self) -> Snapshot {
         self.sets

@@ -289,6 +289,12 @@ impl Device {
         self.counters.snapshot()
     }
 
+    /// The counters of engine thread `k` alone (0: the port thread, which also counts every
+    /// frame in and out), `None` past the last: how the work spreads over the threads.
+    pub fn thread_counters(&self, k: usize) -> Option<Snapshot> {
+        self.counters.snapshot_of(k)
+    }
+
     /// The engine's end, for the control socket that serves host programs in other processes.
     pub(crate) fn backend(&self) -> Arc<dyn Backend> {
         Arc::clone(&self.handle) as Arc<dyn Backend>
