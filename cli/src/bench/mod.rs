@@ -35,7 +35,8 @@ Examples:
   roce bench --seconds 1 --json | jq .write.gbit_per_s
   roce bench --all                    every figure beside its baseline in this run, as ratios
   roce bench --all --json >> history.jsonl
-  roce bench --qps 1,64,1024,8192     many QPs sharing the load, against one QP";
+  roce bench --qps 1,64,1024,8192     many QPs sharing the load, against one QP
+  roce bench --qps 1,64 --threads 2   ... and on NICs of two engine threads, against one";
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -67,6 +68,10 @@ pub struct Args {
     /// with --all, instead of 1,64,1024).
     #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=65536))]
     qps: Option<Vec<u32>>,
+    /// With --qps or --all: the many-QP figures again on NICs whose QPs are sharded over this
+    /// many engine threads, each beside the one-thread figure of the same run.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    threads: u32,
     /// Packets of the synthetic capture `--all` decodes.
     #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
     packets: u64,
@@ -105,11 +110,17 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
                 Some(counts) => counts.into_iter().map(|n| n as usize).collect(),
                 None => all::DEFAULT_QPS.to_vec(),
             },
+            threads: args.threads as usize,
             packets: args.packets as usize,
             json: args.json,
         });
     }
 
+    if args.threads > 1 {
+        return Err(Failure::usage(
+            "--threads measures the many-QP figures against one thread: give --qps (or --all)",
+        ));
+    }
     let region = 64 << 20;
     // On a lossy cable the NICs run the low retransmission timer, as `roce fabric`'s do; the
     // fault-free baseline beside it too, so that the ratio compares like with like.

@@ -70,13 +70,19 @@ pub fn memory() -> (u64, u64) {
 }
 
 impl ManyQps {
-    /// Two NICs with `n` QPs each, connected pairwise at `mtu`, each QP with room for
-    /// `send_depth` WRITEs.
-    pub fn start(n: usize, send_depth: usize, mtu: Mtu) -> Result<ManyQps, VerbsError> {
+    /// Two NICs of `threads` engine threads with `n` QPs each, connected pairwise at `mtu`,
+    /// each QP with room for `send_depth` WRITEs.
+    pub fn start(
+        n: usize,
+        send_depth: usize,
+        mtu: Mtu,
+        threads: usize,
+    ) -> Result<ManyQps, VerbsError> {
         let (la, lb) = mem::pair();
         let (dev_a, dev_b) = testbed::devices_with(la, lb, |config| {
             config.limits.max_qp = config.limits.max_qp.max(n as u64 + 16);
             config.limits.max_shm = u64::MAX;
+            config.threads = threads;
         })?;
         let (mut a, mut b) = (side(&dev_a)?, side(&dev_b)?);
         let cap = QpCap {
