@@ -425,27 +425,6 @@ fn many_qps(plan: &Plan, r: &mut Report) -> Result<Vec<QpFigures>, Failure> {
     let mut sharded = Vec::new();
     for n in counts {
         let these = qp_figures(plan, n, 1)?;
-        if plan.threads > 1 {
-            let t = plan.threads;
-            let more = qp_figures(plan, n, t)?;
-            r.row(
-                format!("{n} QPs WRITE {}, {t} threads", super::human(size)),
-                more.gbit_per_s,
-                "Gbit/s",
-                format!("{n} QPs, 1 thread"),
-                these.gbit_per_s,
-                None,
-            )?;
-            r.row(
-                format!("{n} QPs WRITE 64 B, {t} threads"),
-                more.messages_per_s / 1e6,
-                "M/s",
-                format!("{n} QPs, 1 thread"),
-                these.messages_per_s / 1e6,
-                None,
-            )?;
-            sharded.push(more);
-        }
         match figures.first() {
             None => r.note(format!(
                 "1 QP: WRITE {} {:.2} Gbit/s, 64 B {:.3} M/s",
@@ -475,6 +454,27 @@ fn many_qps(plan: &Plan, r: &mut Report) -> Result<Vec<QpFigures>, Failure> {
                     these.rss_bytes_per_idle_qp, these.mapped_bytes_per_idle_qp
                 ))?;
             }
+        }
+        if plan.threads > 1 {
+            let t = plan.threads;
+            let more = qp_figures(plan, n, t)?;
+            r.row(
+                format!("{n} QPs WRITE {}, {t} threads", super::human(size)),
+                more.gbit_per_s,
+                "Gbit/s",
+                format!("{n} QPs, 1 thread"),
+                these.gbit_per_s,
+                None,
+            )?;
+            r.row(
+                format!("{n} QPs WRITE 64 B, {t} threads"),
+                more.messages_per_s / 1e6,
+                "M/s",
+                format!("{n} QPs, 1 thread"),
+                these.messages_per_s / 1e6,
+                None,
+            )?;
+            sharded.push(more);
         }
         figures.push(these);
     }
