@@ -44,8 +44,10 @@ use crate::waker::Waker;
 const QUEUE: usize = 1024;
 
 /// The engine thread that owns QP `qpn` among `threads`.
+#[inline]
 pub(crate) fn shard_of(qpn: u32, threads: usize) -> usize {
-    if qpn == GSI_QPN {
+    // One thread (the default) pays no division.
+    if threads == 1 || qpn == GSI_QPN {
         0
     } else {
         qpn as usize % threads
