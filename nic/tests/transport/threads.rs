@@ -334,3 +334,67 @@ fn an_overrun_takes_the_queues_qps_on_every_thread_to_error() {
     }
     assert!(small.overran());
 }
+
+/// A peer keeps writing into memory whose QP lives on another thread than the port thread; the
+/// host deregisters it. Once the deregistration is answered, nothing lands there any more: the
+/// next WRITE fails with a remote access error, and the memory keeps what the host put there.
+#[test]
+fn once_a_deregistration_is_answered_no_thread_writes_into_the_memory() {
+    let (dev_a, dev_b) = sharded(2);
+    let a = side(&dev_a);
+    let ctx = dev_b.open().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(4096).unwrap();
+    let region = Arc::new(Region::anonymous(1 << 16).unwrap());
+    let mr = pd.register(&region, 0, region.len(), all_access()).unwrap();
+    let cap = bench_cap();
+    let qa = a.pd.create_qp(QpType::Rc, &a.cq, &a.cq, cap).unwrap();
+    let qb = pd.create_qp(QpType::Rc, &cq, &cq, cap).unwrap();
+    assert_ne!(qb.qp_num() % 2, 0, "the target QP is off the port thread");
+    connect_qps(&qa, &qb, Mtu::M1024, |_| {}).unwrap();
+    a.region.write(0, &[0xab; 4096]).unwrap();
+    let (va, rkey) = (mr.va, mr.rkey);
+    let failure = std::thread::scope(|s| {
+        let writer = s.spawn(|| {
+            let mut wc = [Wc::default(); 16];
+            let mut outstanding = 0;
+            let deadline = Instant::now() + WAIT;
+            loop {
+                assert!(Instant::now() < deadline, "the WRITEs never failed");
+                while outstanding < 32 {
+                    qa.post_send(&[SendWr {
+                        wr_id: 0,
+                        op: SendOp::RdmaWrite {
+                            remote_addr: va,
+                            rkey,
+                        },
+                        sg_list: &[a.mr.sge(0, 4096)],
+                        flags: SendFlags::SIGNALED,
+                        ud: None,
+                    }])
+                    .unwrap();
+                    outstanding += 1;
+                }
+                let n = a.cq.wait(&mut wc, Some(Duration::from_millis(100)));
+                outstanding -= n;
+                if let Some(failed) = wc[..n].iter().find(|w| w.status != WcStatus::Success) {
+                    return failed.status;
+                }
+            }
+        });
+        let deadline = Instant::now() + WAIT;
+        while read(&region, 0, 1) != [0xab] {
+            assert!(Instant::now() < deadline, "no WRITE landed");
+            std::thread::yield_now();
+        }
+        drop(mr);
+        region.write(0, &[0; 4096]).unwrap();
+        writer.join().unwrap()
+    });
+    assert_eq!(failure, WcStatus::RemAccessErr);
+    assert_eq!(
+        read(&region, 0, 4096),
+        [0; 4096],
+        "written after the deregistration"
+    );
+}
