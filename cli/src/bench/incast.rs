@@ -261,7 +261,8 @@ fn run_one(plan: &Plan, dcqcn: bool) -> Result<Figures, Failure> {
         nics.push(spawn(&dir.0, &args, &format!("{} ready", names[i]))?);
     }
 
-    let slots = 64;
+    // WRITEs rotate over up to 64 slots of the receiver's region, at most 64 MiB in all.
+    let slots = ((64 << 20) / plan.size).clamp(1, 64);
     let receiver = End::open(
         &names[n],
         &dir.0,
