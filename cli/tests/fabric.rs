@@ -410,15 +410,28 @@ fn with_dcqcn_marks_come_back_as_cnps_and_the_senders_cut_their_rates() {
 }
 
 /// `roce bench --incast 4 --json`: four `roce nic` processes writing into a fifth through a
-/// `roce switch` port of 250 Mbit/s with a 1 MiB buffer and the DCQCN paper's RED (Kmin 5 KB,
+/// `roce switch` port of 100 Mbit/s with a 1 MiB buffer and the DCQCN paper's RED (Kmin 5 KB,
 /// Kmax 200 KB, Pmax 1%), without DCQCN, then with it. The port, not the CPU, is the
 /// bottleneck at that rate, and every figure asserted is a sum over a second and a half after
-/// the flows settled, or a count, or a ratio between the two runs of the same test.
+/// the flows settled, or a count, or a ratio between the two runs of the same test. At 100
+/// rather than the bench's 250 Mbit/s: a switch process the scheduler leaves out for a while
+/// takes in at once what the senders sent meanwhile, and at 250 Mbit/s 40 ms of that overflow
+/// the buffer whatever the senders' rates (a run on a machine at load 12 once dropped 40 frames
+/// so, with DCQCN, after the flows had settled); at 100 Mbit/s that takes 70 ms.
 #[test]
 fn incast_between_processes_with_dcqcn_drops_nothing_keeps_the_queue_short_and_is_fair() {
     let env = Env::new("jain");
     let mut bench = Proc::spawn(
-        env.roce(&["bench", "--incast", "4", "--seconds", "3", "--json"]),
+        env.roce(&[
+            "bench",
+            "--incast",
+            "4",
+            "--rate",
+            "100M",
+            "--seconds",
+            "3",
+            "--json",
+        ]),
         false,
     );
     let status = bench.wait(Duration::from_secs(120));
@@ -465,9 +478,9 @@ fn incast_between_processes_with_dcqcn_drops_nothing_keeps_the_queue_short_and_i
         figure(on, "port_utilisation"),
         figure(off, "port_utilisation"),
     );
-    assert!(u_on > 0.8 * u_off, "{u_on} vs {u_off}");
+    assert!(u_on > 0.75 * u_off, "{u_on} vs {u_off}");
     println!(
-        "incast 4:1 at 250 Mbit/s: without DCQCN {} drops, queue {:.0} KB; with DCQCN {} drops \
+        "incast 4:1 at 100 Mbit/s: without DCQCN {} drops, queue {:.0} KB; with DCQCN {} drops \
          after {:.1} s, queue {:.0} KB, Jain {jain:.3}, port {:.0}% busy",
         off["dropped_whole_run"],
         q_off / 1e3,

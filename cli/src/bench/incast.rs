@@ -297,11 +297,13 @@ fn run_one(plan: &Plan, dcqcn: bool) -> Result<Figures, Failure> {
     let bins = bins.0;
     // The switch writes its log every 10 ms: wait for the samples past the end.
     std::thread::sleep(Duration::from_millis(50));
-    let receiver_counters = receiver.ctx.counters().map_err(verbs)?;
+    // The senders' counters first: WRITEs are still in flight, and a CNP a sender counted then
+    // was counted by the receiver before, so received ≤ sent holds between the two readings.
     let sender_counters = senders
         .iter()
         .map(|s| s.ctx.counters().map_err(verbs))
         .collect::<Result<Vec<_>, _>>()?;
+    let receiver_counters = receiver.ctx.counters().map_err(verbs)?;
     drop(qps);
     drop(senders);
     drop(receiver);
