@@ -17,6 +17,7 @@
 //! settle), so what it proves holds for the engine's transport, and nothing of it ships.
 
 mod conformance;
+mod goodput;
 mod low_timer;
 mod peer;
 
