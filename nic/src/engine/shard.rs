@@ -614,7 +614,9 @@ impl Worker {
             counters,
             pkeys,
             deadline: None,
-            pollfds: Vec::new(),
+            // A thread sleeps on its eventfd alone: room for it from the start, so that its
+            // first sleep (however late) allocates nothing.
+            pollfds: Vec::with_capacity(1),
         };
         let line = Line {
             rx,
