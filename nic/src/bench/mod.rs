@@ -73,7 +73,7 @@ pub struct Latency {
 
 /// How long a throughput run sleeps on its completion queue at most before it looks at the
 /// clock again (a run that should stop by now stops at the end of the slice).
-const WAIT_SLICE: Duration = Duration::from_millis(5);
+pub(crate) const WAIT_SLICE: Duration = Duration::from_millis(5);
 
 /// RDMA WRITEs of `size` bytes from a to b, keeping `depth` in flight, posted in batches of
 /// `batch` with only the last of each batch signaled (as perftest does), for about `duration`.
