@@ -65,9 +65,10 @@ fn on_ack(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32) {
     if !retire_through(qp, ctx, p) {
         return;
     }
-    // A READ or atomic the responder has executed but whose answer we lack: the answer was lost.
+    // A READ or atomic the responder has executed but whose answer we lack: the answer was lost
+    // (unless it is already being asked for again).
     if let Some(missing) = head_read_expected(qp) {
-        if !psn::before(p, missing) {
+        if !psn::before(p, missing) && qp.send.recovering != Some(missing) {
             go_back(qp, ctx, missing, GoBackReason::AnswerLost);
         }
     }
