@@ -116,6 +116,11 @@ pub struct Args {
     /// (repeatable; `roce host info` lists them all with their values).
     #[arg(long = "limit", value_name = "NAME=VALUE")]
     limits: Vec<String>,
+    /// Engine threads the QPs are sharded over (QP n on thread n mod N; the first also runs the
+    /// link, the IP stack and the connection manager). More than one pays where QPs of
+    /// different threads carry traffic at once and the machine has a core for each.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    threads: u32,
 }
 
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
@@ -137,6 +142,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         rxe_compat: args.rxe_compat,
     })?;
     config.rto_low = args.rto_low;
+    config.threads = args.threads as usize;
     // Hosts in other processes map the rings: memfds named after the NIC.
     config.rings = RingMemory::Shared {
         prefix: args.name.clone(),

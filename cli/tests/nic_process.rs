@@ -119,6 +119,17 @@ fn the_same_over_veth_interfaces_in_a_namespace() {
     stopped_target(&env, a, b, Mtu::M1024);
 }
 
+/// The same with the NICs' QPs sharded over two engine threads each (`--threads 2`; the
+/// in-process suites run four too).
+#[test]
+fn the_same_with_the_qps_sharded_over_engine_threads() {
+    let env = Env::new("thrd");
+    let (mut a, mut b) = cabled_pair(&env, 84);
+    a.extra = vec!["--threads".into(), "2".into()];
+    b.extra = vec!["--threads".into(), "2".into()];
+    stopped_target(&env, a, b, Mtu::M4096);
+}
+
 /// Host B (`roce host serve` on NIC b) is stopped; host A (this process, on NIC a) writes,
 /// reads and runs atomics on B's memory; B's memory holds exactly the bytes while its CPU time
 /// and context switches stand still; then B runs and finds the data.

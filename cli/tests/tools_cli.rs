@@ -531,6 +531,45 @@ fn bench_qps_alone_holds_many_qps_to_one_and_prints_lines() {
     let (_, rows) = bench_rows(&json.stdout);
     assert!(has_row(&rows, "2 QPs WRITE 64 B", "1 QP"), "{rows:?}");
     assert!(has_row(&rows, "2 QPs WRITE 4 KiB", "1 QP"), "{rows:?}");
+    // With --threads: every count again on NICs of that many engine threads, against one.
+    let sharded = env.run(&[
+        "bench",
+        "--qps",
+        "2",
+        "--threads",
+        "2",
+        "--seconds",
+        "0.05",
+        "-s",
+        "4K",
+        "--json",
+    ]);
+    assert!(sharded.status.success(), "{}", sharded.stderr);
+    let (v, rows) = bench_rows(&sharded.stdout);
+    for figure in [
+        "1 QPs WRITE 4 KiB, 2 threads",
+        "2 QPs WRITE 64 B, 2 threads",
+    ] {
+        let baseline = format!("{} QPs, 1 thread", &figure[..1]);
+        assert!(has_row(&rows, figure, &baseline), "{rows:?}");
+    }
+    let qps = v["extra"]["qps"].as_array().expect("qps figures");
+    assert_eq!(
+        qps.iter()
+            .map(|q| (q["qps"].as_u64(), q["threads"].as_u64()))
+            .collect::<Vec<_>>(),
+        [
+            (Some(1), Some(1)),
+            (Some(2), Some(1)),
+            (Some(1), Some(2)),
+            (Some(2), Some(2))
+        ]
+    );
+    assert_fails(
+        &env.run(&["bench", "--threads", "2"]),
+        2,
+        "--threads measures the many-QP figures against one thread: give --qps (or --all)",
+    );
     assert_fails(
         &env.run(&["bench", "--all", "--faults", "drop=0.01"]),
         2,

@@ -1,7 +1,9 @@
 //! The NIC's counters: every frame in and out, every drop by its reason, every NAK and retry.
-//! One engine thread writes them; anyone may read a snapshot at any time.
+//! Each engine thread writes a set of its own ([`CounterSets`]); anyone may read their sum at any
+//! time.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 macro_rules! counters {
     ($($field:ident: $doc:literal,)*) => {
@@ -27,6 +29,11 @@ macro_rules! counters {
             /// Every counter with its name and meaning, in declaration order.
             pub fn iter(&self) -> impl Iterator<Item = (&'static str, &'static str, u64)> {
                 [$((stringify!($field), $doc, self.$field),)*].into_iter()
+            }
+
+            /// The sum `self + other`, counter by counter.
+            pub fn plus(&self, other: &Snapshot) -> Snapshot {
+                Snapshot { $($field: self.$field.wrapping_add(other.$field),)* }
             }
 
             /// The difference `self - earlier`, counter by counter.
@@ -94,10 +101,11 @@ counters! {
     dcqcn_rate_cuts: "rate cuts made by DCQCN reaction points",
     dcqcn_throttled: "times a requester waited for its QP's DCQCN rate limiter",
     bad_doorbells: "QP numbers rung in a doorbell record that the ringing host does not own (or no longer has)",
+    shard_rx_dropped: "frames for a QP dropped because its engine thread's queue was full (`--threads`)",
 }
 
-/// Adds one. The engine is the only writer, so a relaxed load and store suffice (no locked
-/// instruction on the data path).
+/// Adds one. Each set has one writer (its engine thread), so a relaxed load and store suffice
+/// (no locked instruction on the data path).
 #[inline]
 pub fn bump(counter: &AtomicU64) {
     add(counter, 1)
@@ -109,4 +117,37 @@ pub fn add(counter: &AtomicU64, n: u64) {
         counter.load(Ordering::Relaxed).wrapping_add(n),
         Ordering::Relaxed,
     );
+}
+
+/// The counters of a device: one set per engine thread, each written by that thread alone (so
+/// that no counter is a contended cache line or a locked instruction), read as their sum.
+#[derive(Debug)]
+pub struct CounterSets {
+    sets: Box<[Arc<Counters>]>,
+}
+
+impl CounterSets {
+    /// `n` sets (at least one), all zero.
+    pub fn new(n: usize) -> Arc<CounterSets> {
+        Arc::new(CounterSets {
+            sets: (0..n.max(1)).map(|_| Arc::default()).collect(),
+        })
+    }
+
+    /// The set of engine thread `k` (0: the port thread).
+    pub fn set(&self, k: usize) -> &Arc<Counters> {
+        &self.sets[k]
+    }
+
+    /// Thread `k`'s counters alone, `None` past the last thread.
+    pub fn snapshot_of(&self, k: usize) -> Option<Snapshot> {
+        self.sets.get(k).map(|set| set.snapshot())
+    }
+
+    /// The device's counters: every thread's added up.
+    pub fn snapshot(&self) -> Snapshot {
+        self.sets
+            .iter()
+            .fold(Snapshot::default(), |sum, set| sum.plus(&set.snapshot()))
+    }
 }

@@ -4,7 +4,7 @@
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
@@ -92,13 +92,21 @@ pub enum Woken {
     HungUp,
 }
 
-/// One completion queue, engine side.
+/// One completion queue, engine side. Its QPs may live on several engine threads
+/// (`--threads`), so its producer side is behind a lock, held for a run of entries: uncontended
+/// when the queue's QPs share one thread, as they do with one thread.
 #[derive(Debug)]
 pub struct Cq {
     pub cqn: u32,
     pub owner: u64,
-    producer: Producer,
+    ring: Ring,
     event: Arc<EventLine>,
+    producing: Mutex<Producing>,
+}
+
+#[derive(Debug)]
+struct Producing {
+    producer: Producer,
     /// Entries written but not yet published (see [`Cq::write`]).
     unpublished: bool,
 }
@@ -108,14 +116,17 @@ impl Cq {
         Cq {
             cqn,
             owner,
-            producer: Producer::new(ring),
+            producing: Mutex::new(Producing {
+                producer: Producer::new(ring.clone()),
+                unpublished: false,
+            }),
+            ring,
             event,
-            unpublished: false,
         }
     }
 
     pub fn ring(&self) -> &Ring {
-        self.producer.ring()
+        &self.ring
     }
 
     pub fn event(&self) -> &Arc<EventLine> {
@@ -125,20 +136,28 @@ impl Cq {
     /// Whether the queue overran: it lost a completion and is in error, as the spec has it
     /// (the QPs that complete on it are moved to the error state by the engine).
     pub fn overran(&self) -> bool {
-        self.producer.ring().overrun().load(Ordering::SeqCst) != 0
+        self.ring.overrun().load(Ordering::SeqCst) != 0
+    }
+
+    fn producing(&self) -> MutexGuard<'_, Producing> {
+        self.producing.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Writes one completion, which the consumer sees from the next [`Cq::publish`] on: several
     /// written in a row cost one index store and at most one wake-up. A full queue overruns:
     /// the completion is lost, the queue is in error from then on (it takes no more), and a
     /// waiting consumer is woken to find that out, after the entries written before it.
-    pub fn write(&mut self, wc: &Wc, counters: &Counters) {
+    pub fn write(&self, wc: &Wc, counters: &Counters) {
+        self.write_held(&mut self.producing(), wc, counters);
+    }
+
+    fn write_held(&self, p: &mut Producing, wc: &Wc, counters: &Counters) {
         let mut slot = [0u8; CQE_SIZE];
         encode_cqe(&mut slot, wc);
-        if self.overran() || !self.producer.push(&slot) {
+        if self.overran() || !p.producer.push(&slot) {
             counters::bump(&counters.cq_overflows);
-            self.publish();
-            if self.producer.ring().overrun().swap(1, Ordering::SeqCst) == 0 {
+            self.publish_held(p);
+            if self.ring.overrun().swap(1, Ordering::SeqCst) == 0 {
                 tracing::warn!(
                     cqn = self.cqn,
                     "completion queue overrun: completion lost, queue in error"
@@ -147,7 +166,7 @@ impl Cq {
             }
             return;
         }
-        self.unpublished = true;
+        p.unpublished = true;
         counters::bump(&counters.completions);
         if wc.status != WcStatus::Success {
             counters::bump(&counters.completion_errors);
@@ -156,12 +175,16 @@ impl Cq {
 
     /// Makes the completions written so far visible to the consumer, and wakes it if it waits
     /// for one.
-    pub fn publish(&mut self) {
-        if !std::mem::take(&mut self.unpublished) {
+    pub fn publish(&self) {
+        self.publish_held(&mut self.producing());
+    }
+
+    fn publish_held(&self, p: &mut Producing) {
+        if !std::mem::take(&mut p.unpublished) {
             return;
         }
-        self.producer.publish();
-        if self.producer.ring().notify().swap(0, Ordering::SeqCst) != 0 {
+        p.producer.publish();
+        if self.ring.notify().swap(0, Ordering::SeqCst) != 0 {
             self.event.signal();
         }
     }
@@ -195,39 +218,35 @@ impl CqTable {
         self.slots.get(cqn as usize)?.as_ref()
     }
 
-    pub fn get_mut(&mut self, cqn: u32) -> Option<&mut Cq> {
-        self.slots.get_mut(cqn as usize)?.as_mut()
-    }
-
     pub fn remove(&mut self, cqn: u32) -> Option<Cq> {
         self.slots.get_mut(cqn as usize)?.take()
     }
 
     /// Completes each of `completions` in order (a queue that vanished loses its own),
     /// publishing the entries of one queue written in a row with one index store and at most
-    /// one wake-up. Returns whether a queue overran because of them.
+    /// one wake-up, under one hold of its lock. Returns whether a queue overran because of them.
     pub fn complete_all(
-        &mut self,
+        &self,
         completions: impl IntoIterator<Item = (u32, Wc)>,
         counters: &Counters,
     ) -> bool {
         let mut overran = false;
-        let mut open: Option<u32> = None;
+        let mut open: Option<(u32, &Cq, MutexGuard<'_, Producing>)> = None;
         for (cqn, wc) in completions {
-            if open != Some(cqn) {
-                if let Some(cq) = open.and_then(|done| self.get_mut(done)) {
-                    cq.publish();
+            if open.as_ref().map(|(n, _, _)| *n) != Some(cqn) {
+                if let Some((_, cq, mut held)) = open.take() {
+                    cq.publish_held(&mut held);
                 }
-                open = Some(cqn);
+                open = self.get(cqn).map(|cq| (cqn, cq, cq.producing()));
             }
-            if let Some(cq) = self.get_mut(cqn) {
+            if let Some((_, cq, held)) = open.as_mut() {
                 let before = cq.overran();
-                cq.write(&wc, counters);
+                cq.write_held(held, &wc, counters);
                 overran |= !before && cq.overran();
             }
         }
-        if let Some(cq) = open.and_then(|done| self.get_mut(done)) {
-            cq.publish();
+        if let Some((_, cq, mut held)) = open {
+            cq.publish_held(&mut held);
         }
         overran
     }
@@ -268,8 +287,8 @@ mod tests {
     #[test]
     fn written_completions_are_seen_from_the_publish_on() {
         let counters = Counters::default();
-        let (mut cq, consumer) = queue(0, 8);
-        cq.producer.ring().notify().store(1, Ordering::SeqCst);
+        let (cq, consumer) = queue(0, 8);
+        cq.ring().notify().store(1, Ordering::SeqCst);
         cq.write(&wc(1), &counters);
         cq.write(&wc(2), &counters);
         assert_eq!(consumer.available(), 0);
@@ -286,7 +305,7 @@ mod tests {
         let (a, mut from_a) = queue(0, 8);
         let (b, from_b) = queue(1, 8);
         for cq in [&a, &b] {
-            cq.producer.ring().notify().store(1, Ordering::SeqCst);
+            cq.ring().notify().store(1, Ordering::SeqCst);
         }
         let (event_a, event_b) = (Arc::clone(a.event()), Arc::clone(b.event()));
         table.put(a);

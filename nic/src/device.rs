@@ -15,7 +15,7 @@ use smoltcp::wire::{IpAddress, IpCidr};
 
 use crate::buf::BufPool;
 use crate::control::{ClientId, Command, Control, Request, Response};
-use crate::counters::{Counters, Snapshot};
+use crate::counters::{CounterSets, Snapshot};
 use crate::doorbell::{qpns_for, Doorbell, ReadyBits, Record, Records};
 use crate::engine::{Engine, RingMemory, Setup};
 use crate::link::Link;
@@ -59,6 +59,10 @@ pub struct DeviceConfig {
     /// take, and half the time a REQ, REP or DREQ waits before it is sent again. The RDMA CM's
     /// 20 (4.3 s) by default; tests that lose MADs on purpose use less.
     pub cm_response_timeout: u8,
+    /// Engine threads the QPs are sharded over (QP `n` on thread `n % threads`), at least 1
+    /// and at most [`crate::MAX_THREADS`]: 1 (the default) runs everything on one
+    /// thread; more spread the per-packet work (copies, ICRCs) of different QPs over cores.
+    pub threads: usize,
 }
 
 impl DeviceConfig {
@@ -90,6 +94,7 @@ impl DeviceConfig {
             rings: RingMemory::Private,
             limits: crate::limits::Limits::default(),
             cm_response_timeout: crate::engine::CM_RESPONSE_TIMEOUT,
+            threads: 1,
         }
     }
 
@@ -191,7 +196,7 @@ impl Backend for Handle {
 /// A running emulated RNIC.
 pub struct Device {
     handle: Arc<Handle>,
-    counters: Arc<Counters>,
+    counters: Arc<CounterSets>,
     config: DeviceConfig,
     thread: Option<JoinHandle<()>>,
 }
@@ -217,7 +222,8 @@ impl Device {
             host: None,
             ready: Arc::clone(&ready),
         }));
-        let counters = Arc::new(Counters::default());
+        let threads = config.threads.clamp(1, crate::engine::MAX_THREADS);
+        let counters = CounterSets::new(threads);
         let port = PortInfo {
             mac: config.mac,
             gids: config.gids(),
@@ -243,6 +249,7 @@ impl Device {
             },
             pool: BufPool::stocked(4096, 384),
             counters: Arc::clone(&counters),
+            threads,
             rings: config.rings.clone(),
             rxe_compat: config.rxe_compat,
             rto_low: config.rto_low,
@@ -282,9 +289,10 @@ impl Device {
         self.counters.snapshot()
     }
 
-    /// The live counters, for watching a device from another thread.
-    pub fn live_counters(&self) -> &Arc<Counters> {
-        &self.counters
+    /// The counters of engine thread `k` alone (0: the port thread, which also counts every
+    /// frame in and out), `None` past the last: how the work spreads over the threads.
+    pub fn thread_counters(&self, k: usize) -> Option<Snapshot> {
+        self.counters.snapshot_of(k)
     }
 
     /// The engine's end, for the control socket that serves host programs in other processes.

@@ -42,4 +42,4 @@ pub mod waker;
 pub mod wqe;
 
 pub use device::{Device, DeviceConfig, DEFAULT_RESOLVE_TIMEOUT};
-pub use engine::{RingMemory, FIRST_QPN, GSI_QPN};
+pub use engine::{RingMemory, FIRST_QPN, GSI_QPN, MAX_THREADS};

@@ -51,6 +51,8 @@ pub struct Plan {
     /// Everything, or only the QP figures.
     pub all: bool,
     pub qps: Vec<usize>,
+    /// Engine threads of the many-QP figures beside one thread (1: one thread alone).
+    pub threads: usize,
     pub packets: usize,
     pub json: bool,
 }
@@ -73,6 +75,7 @@ struct Row {
 #[derive(Serialize)]
 struct QpFigures {
     qps: usize,
+    threads: usize,
     gbit_per_s: f64,
     messages_per_s: f64,
     rss_bytes_per_idle_qp: u64,
@@ -384,33 +387,44 @@ fn between_processes(plan: &Plan, r: &mut Report) -> Result<(), Failure> {
     Ok(())
 }
 
+/// The figures of `n` QPs on NICs of `threads` engine threads.
+fn qp_figures(plan: &Plan, n: usize, threads: usize) -> Result<QpFigures, Failure> {
+    // Room for the message-rate run's share of each QP, and at least two batches.
+    let send_depth = (SMALL.0.div_ceil(n))
+        .max(2 * SMALL.1)
+        .next_power_of_two()
+        .min(1024);
+    let qps = ManyQps::start(n, send_depth, plan.mtu, threads).map_err(verbs)?;
+    let big = qps
+        .writes(plan.size, BIG.0, BIG.1, plan.duration)
+        .map_err(verbs)?;
+    let small = qps
+        .writes(64, SMALL.0, SMALL.1, plan.duration)
+        .map_err(verbs)?;
+    Ok(QpFigures {
+        qps: n,
+        threads,
+        gbit_per_s: big.gbit_per_s(),
+        messages_per_s: small.messages_per_s(),
+        rss_bytes_per_idle_qp: qps.rss_per_qp,
+        mapped_bytes_per_idle_qp: qps.mapped_per_qp,
+    })
+}
+
 /// The QP counts asked for, each with a goodput and a message-rate run; one QP first, the
-/// baseline of the others.
+/// baseline of the others. With `--threads T`, each count again on NICs of T engine threads,
+/// right after its one-thread run, against it.
 fn many_qps(plan: &Plan, r: &mut Report) -> Result<Vec<QpFigures>, Failure> {
-    let (d, size) = (plan.duration, plan.size);
+    let size = plan.size;
     let mut counts = plan.qps.clone();
     counts.retain(|&n| n != 1);
     counts.sort_unstable();
     counts.dedup();
     counts.insert(0, 1);
     let mut figures: Vec<QpFigures> = Vec::new();
+    let mut sharded = Vec::new();
     for n in counts {
-        // Room for the message-rate run's share of each QP, and at least two batches.
-        let send_depth = (SMALL.0.div_ceil(n))
-            .max(2 * SMALL.1)
-            .next_power_of_two()
-            .min(1024);
-        let qps = ManyQps::start(n, send_depth, plan.mtu).map_err(verbs)?;
-        let big = qps.writes(size, BIG.0, BIG.1, d).map_err(verbs)?;
-        let small = qps.writes(64, SMALL.0, SMALL.1, d).map_err(verbs)?;
-        let these = QpFigures {
-            qps: n,
-            gbit_per_s: big.gbit_per_s(),
-            messages_per_s: small.messages_per_s(),
-            rss_bytes_per_idle_qp: qps.rss_per_qp,
-            mapped_bytes_per_idle_qp: qps.mapped_per_qp,
-        };
-        drop(qps);
+        let these = qp_figures(plan, n, 1)?;
         match figures.first() {
             None => r.note(format!(
                 "1 QP: WRITE {} {:.2} Gbit/s, 64 B {:.3} M/s",
@@ -441,8 +455,30 @@ fn many_qps(plan: &Plan, r: &mut Report) -> Result<Vec<QpFigures>, Failure> {
                 ))?;
             }
         }
+        if plan.threads > 1 {
+            let t = plan.threads;
+            let more = qp_figures(plan, n, t)?;
+            r.row(
+                format!("{n} QPs WRITE {}, {t} threads", super::human(size)),
+                more.gbit_per_s,
+                "Gbit/s",
+                format!("{n} QPs, 1 thread"),
+                these.gbit_per_s,
+                None,
+            )?;
+            r.row(
+                format!("{n} QPs WRITE 64 B, {t} threads"),
+                more.messages_per_s / 1e6,
+                "M/s",
+                format!("{n} QPs, 1 thread"),
+                these.messages_per_s / 1e6,
+                None,
+            )?;
+            sharded.push(more);
+        }
         figures.push(these);
     }
+    figures.extend(sharded);
     Ok(figures)
 }
 

@@ -70,13 +70,19 @@ pub fn memory() -> (u64, u64) {
 }
 
 impl ManyQps {
-    /// Two NICs with `n` QPs each, connected pairwise at `mtu`, each QP with room for
-    /// `send_depth` WRITEs.
-    pub fn start(n: usize, send_depth: usize, mtu: Mtu) -> Result<ManyQps, VerbsError> {
+    /// Two NICs of `threads` engine threads with `n` QPs each, connected pairwise at `mtu`,
+    /// each QP with room for `send_depth` WRITEs.
+    pub fn start(
+        n: usize,
+        send_depth: usize,
+        mtu: Mtu,
+        threads: usize,
+    ) -> Result<ManyQps, VerbsError> {
         let (la, lb) = mem::pair();
         let (dev_a, dev_b) = testbed::devices_with(la, lb, |config| {
             config.limits.max_qp = config.limits.max_qp.max(n as u64 + 16);
             config.limits.max_shm = u64::MAX;
+            config.threads = threads;
         })?;
         let (mut a, mut b) = (side(&dev_a)?, side(&dev_b)?);
         let cap = QpCap {
@@ -167,10 +173,9 @@ impl ManyQps {
                 in_flight_per_qp[q] += batch;
                 posted += batch as u64;
             }
-            let k = self.a.cq.poll(&mut wcs);
-            if k == 0 {
-                std::thread::yield_now();
-            }
+            // Nothing more may be posted until a completion comes: sleep for it, as
+            // `write_throughput` does, rather than spin through the engines' time.
+            let k = self.a.cq.wait(&mut wcs, Some(super::WAIT_SLICE));
             for wc in &wcs[..k] {
                 if wc.status != WcStatus::Success {
                     return Err(VerbsError::Invalid(format!(

@@ -1053,7 +1053,7 @@ impl Engine {
         rts.retry_cnt = Some(conn.retry_count & 7);
         rts.rnr_retry = Some(conn.rnr_retry_count & 7);
         rts.max_rd_atomic = Some(conn.param.initiator_depth.min(peer_rr).min(MAX_RD_ATOMIC));
-        let init = (self.qps.get(qpn).map(|q| q.state) == Some(QpState::Reset))
+        let init = (self.world().qp(qpn).map(|q| q.state) == Some(QpState::Reset))
             .then(|| QpAttr::init(all_access()));
         for attr in init.into_iter().chain([rtr, rts]) {
             if let Err(e) = self.cm_modify(qpn, attr) {

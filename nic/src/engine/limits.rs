@@ -57,8 +57,14 @@ impl Engine {
 
     fn count(&self, object: Object, owned: impl Fn(ClientId) -> bool) -> u64 {
         let n = match object {
-            Object::Qp => self.qps.iter().filter(|q| owned(q.owner)).count(),
-            Object::Cq => self.cqs.iter().filter(|c| owned(c.owner)).count(),
+            Object::Qp => self.world().qps().filter(|q| owned(q.owner)).count(),
+            Object::Cq => self
+                .world()
+                .tables
+                .cqs
+                .iter()
+                .filter(|c| owned(c.owner))
+                .count(),
             Object::Mr => self.mr_owners.values().filter(|o| owned(**o)).count(),
             Object::Pd => self.pds.values().filter(|(_, o)| owned(*o)).count(),
             Object::Ah => self.ah_owners.values().filter(|(o, _)| owned(*o)).count(),
@@ -74,11 +80,13 @@ impl Engine {
     /// Bytes of the rings of the QPs, CQs and SRQs `owned` says are counted.
     fn ring_bytes(&self, owned: impl Fn(ClientId) -> bool) -> u64 {
         let qps = self
-            .qps
-            .iter()
+            .world()
+            .qps()
             .filter(|q| owned(q.owner))
             .map(|q| q.rings().0.len() as u64);
         let cqs = self
+            .world()
+            .tables
             .cqs
             .iter()
             .filter(|c| owned(c.owner))

@@ -1,7 +1,9 @@
-//! The NIC engine: one thread that owns every QP, CQ and memory table of a device, as a hardware
-//! RNIC's engines own their state. It takes frames from the link, control requests from host
-//! programs and work from the send queues, and it never waits for a host: when there is nothing
-//! to do it spins briefly, then sleeps until a frame, a doorbell, a request or a timer wakes it.
+//! The NIC engine: the threads that own every QP, CQ and memory table of a device, as a hardware
+//! RNIC's engines own their state. The port thread takes frames from the link, control requests
+//! from host programs and work from the send queues; with `--threads N` the QPs are sharded over
+//! it and N - 1 more threads ([`shard`]). No engine thread waits for a host: when there is
+//! nothing to do it spins briefly, then sleeps until a frame, a doorbell, a request or a timer
+//! wakes it.
 
 mod cm;
 mod limits;
@@ -9,34 +11,37 @@ mod neighbours;
 pub(crate) mod objects;
 mod qp_table;
 mod rx;
+mod shard;
 mod srqs;
 
 pub use cm::DEFAULT_RESPONSE_TIMEOUT as CM_RESPONSE_TIMEOUT;
-use qp_table::{ActiveQps, QpTable};
+use qp_table::ActiveQps;
 pub use qp_table::{FIRST_QPN, GSI_QPN};
+use shard::{shard_of, Common, Held, Line, Shard, Tables};
 
 use std::collections::HashMap;
 use std::io;
 use std::net::IpAddr;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam::channel::Receiver;
-use roce_hostmem::{MrTable, PdId};
+use roce_hostmem::PdId;
 use smoltcp::wire::IpCidr;
 use tracing::{debug, info};
 
-use crate::buf::BufPool;
+use crate::buf::{BufPool, FrameBuf};
 use crate::control::{ClientId, Command, Control, Request};
-use crate::counters::Counters;
-use crate::cq::CqTable;
+use crate::counters::{CounterSets, Counters};
 use crate::doorbell::{Record, Records};
 use crate::link::Link;
 use crate::port::IpStack;
 use crate::qp::{PortInfo, Qp};
-use crate::transport::{self, requester, responder, Ctx, ErrorCause, Event, Output, Path, Tx};
+use crate::transport::{self, requester, Ctx, ErrorCause, Event, Output, Tx};
 use crate::types::{QpState, Wc};
-use crate::waker::{Interest, Waker};
+use crate::waker::{Interest, SharedWord, Waker};
 use neighbours::NeighbourNeed;
 
 /// Frames taken from the link in one pass before turning to other work.
@@ -46,6 +51,8 @@ const TX_BUDGET: usize = 32;
 /// How long an idle engine keeps polling before it sleeps: short enough to give the CPU back,
 /// long enough that back-to-back work never pays for a wake-up.
 const SPIN: Duration = Duration::from_micros(50);
+/// Most engine threads a device runs (a bit each in a pass's wake-up mask).
+pub const MAX_THREADS: usize = 64;
 
 /// Where the engine puts the rings it creates for hosts.
 #[derive(Debug, Clone)]
@@ -67,28 +74,28 @@ pub(crate) struct Engine {
     record_list: Arc<[Record]>,
     records_seen: u64,
     tx: Tx,
-    mrs: MrTable,
+    /// The world the engine threads share (see [`shard`]).
+    common: Arc<Common>,
+    /// The world while this thread holds it (for control requests and CM MADs).
+    held: Option<Held>,
+    /// How many engine threads the QPs are sharded over (this one included).
+    threads: usize,
+    /// The queues to the other threads (thread `k` at `k - 1`).
+    lines: Vec<Line>,
+    workers: Vec<JoinHandle<()>>,
+    /// Which threads' queues got frames or doorbells this pass (bit `k`): woken once each.
+    to_wake: u64,
     pds: HashMap<u32, (PdId, ClientId)>,
     next_pd: u32,
     mr_owners: HashMap<u32, ClientId>,
-    cqs: CqTable,
-    qps: QpTable,
-    /// The QPs with work or a timer: what a pass looks at.
-    active: ActiveQps,
-    /// Whether the next pass looks at every QP: after a completion queue's overrun (which takes
-    /// its QPs into error). A host's requests need none: what they do to a QP goes through
-    /// `EngineIo::drive`, which makes the QP active.
-    sweep: bool,
-    ahs: HashMap<u32, Path>,
     ah_owners: HashMap<u32, (ClientId, u32)>,
-    /// The protection domain of each address handle: a UD send may only use an AH of its
-    /// QP's domain (and so of its own host).
-    ah_pds: HashMap<u32, PdId>,
     next_ah: u32,
     /// Shared receive queues by number; their QPs hold them too.
     srqs: HashMap<u32, crate::srq::SharedSrq>,
     next_srq: u32,
+    /// This thread's counters, and every thread's (for a snapshot).
     counters: Arc<Counters>,
+    counter_sets: Arc<CounterSets>,
     rings: RingMemory,
     rxe_compat: bool,
     /// Whether RC QPs run the low retransmission timer.
@@ -99,14 +106,11 @@ pub(crate) struct Engine {
     /// The host (a process, numbered by the control socket) of each context opened by a host
     /// in another process; in-process contexts have none, and no per-host limits.
     client_hosts: HashMap<ClientId, u32>,
-    /// QPs owed an ACK after the current batch of received frames.
-    acks_due: Vec<u32>,
-    /// Completions the transport made, held until their QP's ring slots are released (kept to
-    /// reuse its allocation).
-    completions: Vec<(u32, Wc)>,
     local_ips: Vec<IpAddr>,
     /// When the link next wants servicing (frames it holds back).
     link_deadline: Option<Instant>,
+    /// When a QP of this thread's shard next needs it, as of the last pass.
+    shard_deadline: Option<Instant>,
     /// ARP, neighbour discovery, ICMP and TCP: everything on the wire that is not RoCE.
     ip_stack: IpStack,
     /// The sender of the last frame learnt from, so that a stream of frames from one peer
@@ -114,6 +118,11 @@ pub(crate) struct Engine {
     last_sender: Option<(IpAddr, roce_wire::EthernetAddress)>,
     /// Requests held until a neighbour's MAC is known.
     awaiting_neighbour: Vec<neighbours::AwaitingNeighbour>,
+    /// Requests whose neighbour was learnt during a pass, served once the world is held.
+    resolved: Vec<Command>,
+    /// A frame for QP1 (a CM MAD, or a datagram for the host holding QP1), handled once the
+    /// world is held; the frames after it wait in the link.
+    gsi_frame: Option<FrameBuf>,
     /// How long a held request waits for a MAC before it fails.
     resolve_timeout: Duration,
     /// What a sleeping engine watches (kept to reuse its allocation).
@@ -140,7 +149,9 @@ pub(crate) struct Setup {
     pub records: Arc<Records>,
     pub link: Box<dyn Link>,
     pub pool: Arc<BufPool>,
-    pub counters: Arc<Counters>,
+    /// One set per engine thread: as many threads as sets.
+    pub counters: Arc<CounterSets>,
+    pub threads: usize,
     pub rings: RingMemory,
     pub rxe_compat: bool,
     pub rto_low: bool,
@@ -150,12 +161,50 @@ pub(crate) struct Setup {
 }
 
 impl Engine {
+    /// The engine, with its other threads (`setup.threads - 1`) started.
     pub fn new(setup: Setup) -> io::Result<Engine> {
         let mut link = setup.link;
         link.attach(&setup.pool, &setup.waker);
-        let mut tx = Tx::new(link, setup.pool, Arc::clone(&setup.counters));
+        let threads = setup.threads.clamp(1, MAX_THREADS);
+        let counters = Arc::clone(setup.counters.set(0));
+        let mut tx = Tx::new(link, Arc::clone(&setup.pool), Arc::clone(&counters));
         let ip_stack = IpStack::new(setup.port.mac, &setup.subnets, setup.mtu, &mut tx)?;
         let cm = cm::Agent::new(setup.port.mac, setup.cm_response_timeout);
+        let mut wakers = vec![Arc::clone(&setup.waker)];
+        for _ in 1..threads {
+            wakers.push(Waker::new(SharedWord::private())?);
+        }
+        let held = Held::new(Tables::new(wakers.clone().into()), threads);
+        let common = Common::new(held);
+        let qpns = crate::doorbell::qpns_for(setup.limits.max_qp);
+        let mut lines = Vec::new();
+        let mut workers = Vec::new();
+        for (k, waker) in wakers.iter().enumerate().skip(1) {
+            let (worker, line) = shard::Worker::new(
+                k,
+                Arc::clone(&common),
+                Arc::clone(waker),
+                Arc::clone(&setup.waker),
+                Arc::clone(&setup.pool),
+                Arc::clone(setup.counters.set(k)),
+                setup.port.pkeys.clone(),
+                qpns,
+            );
+            lines.push(line);
+            let started = std::thread::Builder::new()
+                .name(format!("{}-engine{k}", setup.name))
+                .spawn(move || worker.run());
+            match started {
+                Ok(handle) => workers.push(handle),
+                Err(e) => {
+                    common.stop();
+                    for handle in workers {
+                        let _ = handle.join();
+                    }
+                    return Err(e);
+                }
+            }
+        }
         Ok(Engine {
             name: setup.name,
             port: setup.port,
@@ -165,34 +214,35 @@ impl Engine {
             records_seen: u64::MAX,
             records: setup.records,
             tx,
-            mrs: MrTable::new(),
+            common,
+            held: None,
+            threads,
+            lines,
+            workers,
+            to_wake: 0,
             pds: HashMap::new(),
             next_pd: 1,
             mr_owners: HashMap::new(),
-            cqs: CqTable::default(),
-            qps: QpTable::default(),
-            active: ActiveQps::default(),
-            sweep: false,
-            ahs: HashMap::new(),
             ah_owners: HashMap::new(),
-            ah_pds: HashMap::new(),
             next_ah: 1,
             srqs: HashMap::new(),
             next_srq: 1,
-            counters: setup.counters,
+            counters,
+            counter_sets: setup.counters,
             rings: setup.rings,
             rxe_compat: setup.rxe_compat,
             rto_low: setup.rto_low,
             dcqcn: setup.dcqcn,
             limits: setup.limits,
             client_hosts: HashMap::new(),
-            acks_due: Vec::new(),
-            completions: Vec::new(),
             local_ips: setup.local_ips,
             link_deadline: None,
+            shard_deadline: None,
             ip_stack,
             last_sender: None,
             awaiting_neighbour: Vec::new(),
+            resolved: Vec::new(),
+            gsi_frame: None,
             resolve_timeout: setup.resolve_timeout,
             interests: Vec::new(),
             pollfds: Vec::new(),
@@ -203,7 +253,7 @@ impl Engine {
 
     /// Runs until the device shuts down.
     pub fn run(mut self) {
-        info!(nic = %self.name, link = %self.tx.link().describe(), "engine started");
+        info!(nic = %self.name, link = %self.tx.link().describe(), threads = self.threads, "engine started");
         let mut idle_since: Option<Instant> = None;
         while self.running {
             if self.pass() {
@@ -240,15 +290,20 @@ impl Engine {
         self.shutdown();
     }
 
-    /// One round of everything: control requests, received frames, posted work, the port's IP
-    /// stack, timers. Returns whether anything happened.
+    /// One round of everything: control requests (and whatever else needs the whole world),
+    /// received frames, posted work, the port's IP stack, timers, the other threads' frames.
+    /// Returns whether anything happened.
     fn pass(&mut self) -> bool {
-        self.link_deadline = self.tx.link().service(Instant::now());
-        let mut busy = self.handle_control();
-        busy |= self.receive();
-        busy |= self.transmit();
+        let now = Instant::now();
+        self.link_deadline = self.tx.link().service(now);
+        let mut busy = false;
+        if self.needs_world(now) {
+            self.with_world(|engine| engine.world_work(now));
+            busy = true;
+        }
+        busy |= self.shard_pass();
         busy |= self.ip_stack.poll(&mut self.tx, Instant::now());
-        self.timers();
+        busy |= self.forward_from_threads();
         // What the link batched goes out before the engine looks for more work or sleeps.
         let lost = self.tx.link().flush_sends();
         if lost > 0 {
@@ -258,16 +313,101 @@ impl Engine {
         busy
     }
 
-    fn handle_control(&mut self) -> bool {
-        let mut busy = false;
+    /// Whether anything waits that needs the whole world: a control request, a frame for
+    /// QP1, a request whose neighbour was learnt, a CM or neighbour timer due.
+    fn needs_world(&self, now: Instant) -> bool {
+        !self.control.is_empty()
+            || self.gsi_frame.is_some()
+            || !self.resolved.is_empty()
+            || self.cm.deadline().is_some_and(|d| d <= now)
+            || self.neighbour_wait_deadline().is_some_and(|d| d <= now)
+    }
+
+    /// Runs `f` with the world held (see [`shard`]): no other engine thread is in a pass
+    /// meanwhile.
+    fn with_world<R>(&mut self, f: impl FnOnce(&mut Engine) -> R) -> R {
+        self.held = Some(self.common.hold());
+        let result = f(self);
+        if let Some(held) = self.held.take() {
+            self.common.lend(held);
+        }
+        result
+    }
+
+    /// The world, while this thread holds it.
+    fn world(&self) -> &Held {
+        self.held
+            .as_ref()
+            .expect("called only while the port thread holds the world")
+    }
+
+    fn world_mut(&mut self) -> &mut Held {
+        self.held
+            .as_mut()
+            .expect("called only while the port thread holds the world")
+    }
+
+    /// What needs the whole world, in order: the frames already queued to other threads (so
+    /// that a request or MAD sees them taken in, as with one thread), then the waiting
+    /// requests, QP1's frame and the timers.
+    fn world_work(&mut self, now: Instant) {
+        self.drain_lines(now);
+        self.handle_control();
+        for command in std::mem::take(&mut self.resolved) {
+            self.serve(command);
+        }
+        if let Some(buf) = self.gsi_frame.take() {
+            self.gsi_receive(buf, now);
+        }
+        self.expire_neighbour_waits(now);
+        self.cm_timers(now);
+    }
+
+    /// With the world held: takes in the frames queued to the other threads, and puts on the
+    /// link what they queued to send.
+    fn drain_lines(&mut self, now: Instant) {
+        self.forward_from_threads();
+        let Engine {
+            held,
+            lines,
+            tx,
+            counters,
+            port,
+            ..
+        } = self;
+        let Some(held) = held.as_mut() else { return };
+        for (k, line) in lines.iter().enumerate() {
+            let shard = &mut held.shards[k + 1];
+            let tables = &held.tables;
+            while shard.receive_queued(tables, tx, counters, &port.pkeys, &line.rx, now) > 0 {
+                shard.flush_acks(tables, tx, counters, now);
+            }
+        }
+    }
+
+    /// Puts on the link the frames the other threads built, as far as it takes them.
+    fn forward_from_threads(&mut self) -> bool {
+        let mut n = 0;
+        for line in &self.lines {
+            while self.tx.can_send() {
+                let Some(frame) = line.out.pop() else { break };
+                n += 1;
+                if let Err(e) = self.tx.link().send(frame) {
+                    crate::counters::bump(&self.counters.tx_dropped);
+                    debug!(error = %e, "frame dropped by the link");
+                }
+            }
+        }
+        n > 0
+    }
+
+    fn handle_control(&mut self) {
         while let Ok(message) = self.control.try_recv() {
-            busy = true;
             match message {
                 Control::Call(command) => self.serve(command),
                 Control::Shutdown => self.running = false,
             }
         }
-        busy
     }
 
     /// Answers a request: at once, or later for those that wait for the network (a TCP
@@ -304,15 +444,39 @@ impl Engine {
         }
     }
 
-    fn receive(&mut self) -> bool {
+    /// This thread's share of the data path, with the world read: frames from the link (its
+    /// own QPs' taken in, the others' queued to their threads), doorbells, its QPs' work and
+    /// timers.
+    fn shard_pass(&mut self) -> bool {
+        let common = Arc::clone(&self.common);
+        let guard = common.read();
+        let Some(world) = guard.as_ref() else {
+            return false;
+        };
+        let mut shard = world.shard(0);
+        let mut busy = self.receive(&world.tables, &mut shard);
+        let now = Instant::now();
+        busy |= self.take_doorbells(&world.tables, &mut shard);
+        busy |= shard.transmit(&world.tables, &mut self.tx, &self.counters, now);
+        let now = Instant::now();
+        shard.timers(&world.tables, &mut self.tx, &self.counters, now);
+        self.shard_deadline = shard.next_deadline();
+        drop(shard);
+        drop(guard);
+        self.wake_threads();
+        busy
+    }
+
+    fn receive(&mut self, tables: &Tables, shard: &mut Shard) -> bool {
         // One clock read for the batch: its frames arrived together, and a batch takes
         // microseconds against timers of milliseconds.
         let now = Instant::now();
         let mut n = 0;
-        while n < RX_BUDGET {
+        // A frame for QP1 ends the batch: it needs the whole world.
+        while n < RX_BUDGET && self.gsi_frame.is_none() {
             match self.tx.link().recv() {
                 Ok(Some(frame)) => {
-                    self.handle_frame(frame, now);
+                    self.handle_frame(tables, shard, frame, now);
                     n += 1;
                 }
                 Ok(None) => break,
@@ -322,38 +486,48 @@ impl Engine {
                 }
             }
         }
-        // One ACK per QP for the whole batch: ACK coalescing.
-        let mut due = std::mem::take(&mut self.acks_due);
-        let (qps, mut io) = self.io();
-        for qpn in due.drain(..) {
-            if let Some(qp) = qps.get_mut(qpn) {
-                io.drive(qp, now, responder::flush_ack);
-            }
-        }
-        self.acks_due = due;
+        shard.flush_acks(tables, &mut self.tx, &self.counters, now);
         n > 0
     }
 
-    /// Enrols the QPs whose hosts rang their doorbells since the last pass. A QP number a host
-    /// rings is only a hint: the QP must exist and belong to that host, or the ring is counted
-    /// as bad and ignored.
-    fn take_doorbells(&mut self) {
+    /// Wakes the threads whose queues got frames or doorbells this pass.
+    fn wake_threads(&mut self) {
+        let mut due = std::mem::take(&mut self.to_wake);
+        while due != 0 {
+            let k = due.trailing_zeros() as usize;
+            due &= due - 1;
+            self.lines[k - 1].waker.wake();
+        }
+    }
+
+    /// Enrols the QPs whose hosts rang their doorbells since the last pass (each with its
+    /// thread). A QP number a host rings is only a hint: the QP must exist and belong to that
+    /// host, or the ring is counted as bad and ignored.
+    fn take_doorbells(&mut self, tables: &Tables, shard: &mut Shard) -> bool {
         if let Some(list) = self.records.changed_since(&mut self.records_seen) {
             self.record_list = list;
         }
         let Engine {
             record_list,
-            qps,
             client_hosts,
-            active,
             counters,
+            lines,
+            to_wake,
+            threads,
             ..
         } = self;
         let mut bad = 0;
+        let mut rung = 0;
         for record in record_list.iter() {
-            record.ready.drain(|qpn| match qps.get(qpn) {
-                Some(qp) if client_hosts.get(&qp.owner).copied() == record.host => {
-                    active.insert(qpn)
+            rung += record.ready.drain(|qpn| match tables.qp_owner(qpn) {
+                Some(owner) if client_hosts.get(&owner).copied() == record.host => {
+                    match shard_of(qpn, *threads) {
+                        0 => shard.active.insert(qpn),
+                        k => {
+                            lines[k - 1].ready.set(qpn);
+                            *to_wake |= 1 << k;
+                        }
+                    }
                 }
                 _ => bad += 1,
             });
@@ -362,117 +536,56 @@ impl Engine {
             crate::counters::add(&counters.bad_doorbells, bad);
             debug!(bad, "doorbells rung for QPs the ringing host does not own");
         }
-    }
-
-    /// The send-side work of the active QPs, after enrolling those whose doorbells rang (or,
-    /// after an overrun, every QP).
-    fn transmit(&mut self) -> bool {
-        let mut busy = false;
-        let now = Instant::now();
-        self.take_doorbells();
-        let sweep = std::mem::take(&mut self.sweep);
-        let (qps, mut io) = self.io();
-        if sweep {
-            for qp in qps.iter() {
-                io.active.insert(qp.qpn);
-            }
-        }
-        let mut i = 0;
-        while i < io.active.len() {
-            let qpn = io.active.at(i);
-            let Some(qp) = qps.get_mut(qpn) else {
-                io.active.remove_at(i);
-                continue;
-            };
-            let overran = io.cqs().overran(qp.send_cq) || io.cqs().overran(qp.recv_cq);
-            let ah_pds = io.ah_pds;
-            let worked = io.drive(qp, now, |qp, ctx| work(qp, ctx, overran, ah_pds));
-            busy |= worked;
-            if worked || qp.needs_engine() {
-                i += 1;
-            } else {
-                io.active.remove_at(i);
-            }
-        }
-        busy
-    }
-
-    fn timers(&mut self) {
-        let now = Instant::now();
-        self.expire_neighbour_waits(now);
-        self.cm_timers(now);
-        // A QP with a timer running is active.
-        let (qps, mut io) = self.io();
-        for i in 0..io.active.len() {
-            let Some(qp) = qps.get_mut(io.active.at(i)) else {
-                continue;
-            };
-            if qp.deadline().is_some_and(|t| t <= now) {
-                io.drive(qp, now, transport::on_timers);
-            }
-        }
+        rung > 0
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        self.active
-            .iter()
-            .filter_map(|qpn| self.qps.get(qpn))
-            // A QP with packets to send (requests, READ responses) also waits for its rate
-            // limiter.
-            .map(|qp| {
-                let pending = qp.sq.next != qp.sq.fetched || qp.recv.has_replies();
-                let limiter = crate::dcqcn::wake_at(qp).filter(|_| pending);
-                qp.deadline().into_iter().chain(limiter).min()
-            })
-            .chain([
-                self.link_deadline,
-                self.ip_stack.deadline(),
-                self.neighbour_wait_deadline(),
-                self.cm.deadline(),
-            ])
-            .flatten()
-            .min()
+        [
+            self.shard_deadline,
+            self.link_deadline,
+            self.ip_stack.deadline(),
+            self.neighbour_wait_deadline(),
+            self.cm.deadline(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
-    /// Runs `f` on QP `qpn` with a transport context, if the QP exists, and settles it.
+    /// With the world held: runs `f` on QP `qpn` with a transport context, if the QP exists,
+    /// and settles it.
     fn with_qp<R>(&mut self, qpn: u32, f: impl FnOnce(&mut Qp, &mut Ctx<'_>) -> R) -> Option<R> {
-        let (qps, mut io) = self.io();
+        let Engine {
+            held, tx, counters, ..
+        } = self;
+        let (tables, shard) = held.as_mut()?.shard_of_qp(qpn);
+        let (qps, mut io) = shard.io(tables, tx, counters);
         let qp = qps.get_mut(qpn)?;
         Some(io.drive(qp, Instant::now(), f))
     }
 
-    /// The QP table and the engine's I/O for the transport, borrowed apart so that the
-    /// transport functions can work on one QP with everything else at hand.
-    fn io(&mut self) -> (&mut QpTable, EngineIo<'_>) {
+    /// With the world held: runs `f` on `qp`, a QP not yet in the tables, with a transport
+    /// context on the shard it is to join.
+    fn with_new_qp<R>(&mut self, qp: &mut Qp, f: impl FnOnce(&mut Qp, &mut Ctx<'_>) -> R) -> R {
         let Engine {
-            qps,
-            active,
-            sweep,
-            mrs,
-            cqs,
-            tx,
-            ahs,
-            ah_pds,
-            counters,
-            completions,
-            ..
+            held, tx, counters, ..
         } = self;
-        let io = EngineIo {
-            mrs,
-            ahs,
-            ah_pds,
-            tx,
-            cqs,
-            completions,
-            counters,
-            active,
-            sweep,
-        };
-        (qps, io)
+        let held = held
+            .as_mut()
+            .expect("called only while the port thread holds the world");
+        let (tables, shard) = held.shard_of_qp(qp.qpn);
+        let (_, mut io) = shard.io(tables, tx, counters);
+        io.drive(qp, Instant::now(), f)
     }
 
     fn shutdown(&mut self) {
-        let qpns: Vec<u32> = self.qps.iter().map(|qp| qp.qpn).collect();
+        self.held = Some(self.common.hold());
+        self.common.stop();
+        for worker in std::mem::take(&mut self.workers) {
+            let _ = worker.join();
+        }
+        self.forward_from_threads();
+        let qpns: Vec<u32> = self.world().qps().map(|qp| qp.qpn).collect();
         for qpn in qpns {
             self.with_qp(qpn, |qp, ctx| qp.enter_error(ctx, ErrorCause::Requested));
         }
@@ -487,11 +600,8 @@ impl Engine {
 /// their QP's ring slots are released and then go into the completion queues, events go to the
 /// logs.
 pub(crate) struct EngineIo<'a> {
-    mrs: &'a roce_hostmem::MrTable,
-    ahs: &'a HashMap<u32, Path>,
-    ah_pds: &'a HashMap<u32, PdId>,
+    tables: &'a Tables,
     tx: &'a mut Tx,
-    cqs: &'a mut CqTable,
     completions: &'a mut Vec<(u32, Wc)>,
     counters: &'a Counters,
     active: &'a mut ActiveQps,
@@ -509,10 +619,10 @@ impl EngineIo<'_> {
         f: impl FnOnce(&mut Qp, &mut Ctx<'_>) -> R,
     ) -> R {
         let result = {
-            let (mrs, ahs, counters) = (self.mrs, self.ahs, self.counters);
+            let (tables, counters) = (self.tables, self.counters);
             let mut ctx = Ctx {
-                mrs,
-                ahs,
+                mrs: &tables.mrs,
+                ahs: &tables.ahs,
                 out: self,
                 counters,
                 now,
@@ -521,15 +631,18 @@ impl EngineIo<'_> {
             qp.settle(&mut ctx);
             result
         };
-        *self.sweep |= self
+        if self
+            .tables
             .cqs
-            .complete_all(self.completions.drain(..), self.counters);
+            .complete_all(self.completions.drain(..), self.counters)
+        {
+            // The queue's QPs may live on every thread: each looks at all of its own.
+            *self.sweep = true;
+            self.tables.overruns.fetch_add(1, Ordering::SeqCst);
+            self.tables.wake_all();
+        }
         self.active.insert(qp.qpn);
         result
-    }
-
-    pub(crate) fn cqs(&self) -> &CqTable {
-        self.cqs
     }
 }
 

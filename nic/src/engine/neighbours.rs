@@ -67,9 +67,9 @@ impl Engine {
             .into_iter()
             .partition(|w| w.ip == ip);
         self.awaiting_neighbour = rest;
-        for waiting in ready {
-            self.serve(waiting.command);
-        }
+        // Served once the world is held (at the start of the next pass).
+        self.resolved
+            .extend(ready.into_iter().map(|w: AwaitingNeighbour| w.command));
     }
 
     /// Whether `request` needs a MAC the engine does not know.
@@ -136,5 +136,6 @@ impl Engine {
     pub(super) fn forget_neighbour_waits(&mut self, client: ClientId) {
         self.awaiting_neighbour
             .retain(|w| w.command.client != client);
+        self.resolved.retain(|c| c.client != client);
     }
 }

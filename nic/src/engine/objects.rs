@@ -69,7 +69,7 @@ impl Engine {
             }
             Request::AllocPd => {
                 self.check_room(client, Object::Pd, 0)?;
-                let pd = self.mrs.alloc_pd();
+                let pd = self.world_mut().tables.mrs.alloc_pd();
                 let handle = self.next_pd;
                 self.next_pd = self.next_pd.wrapping_add(1).max(1);
                 self.pds.insert(handle, (pd, client));
@@ -78,7 +78,7 @@ impl Engine {
             Request::DeallocPd { pd } => {
                 let id = self.pd(client, pd)?;
                 // As ibv_dealloc_pd: EBUSY while anything still uses the domain.
-                if self.qps.iter().any(|qp| qp.pd == id) {
+                if self.world().qps().any(|qp| qp.pd == id) {
                     return Err(VerbsError::Busy("the protection domain (a QP uses it)"));
                 }
                 if self.srqs.values().any(|s| srq::lock(s).pd == id) {
@@ -86,17 +86,23 @@ impl Engine {
                         "the protection domain (a shared receive queue uses it)",
                     ));
                 }
-                if self.ah_pds.values().any(|ah_pd| *ah_pd == id) {
+                if self
+                    .world()
+                    .tables
+                    .ah_pds
+                    .values()
+                    .any(|ah_pd| *ah_pd == id)
+                {
                     return Err(VerbsError::Busy(
                         "the protection domain (an address handle uses it)",
                     ));
                 }
-                if self.mrs.registrations_in(id) > 0 {
+                if self.world().tables.mrs.registrations_in(id) > 0 {
                     return Err(VerbsError::Busy(
                         "the protection domain (a memory registration uses it)",
                     ));
                 }
-                self.mrs.dealloc_pd(id)?;
+                self.world_mut().tables.mrs.dealloc_pd(id)?;
                 self.pds.remove(&pd);
                 Ok(Response::Done)
             }
@@ -116,7 +122,11 @@ impl Engine {
                     )));
                 }
                 self.check_room(client, Object::Mr, 0)?;
-                let keys = self.mrs.register(id, region, offset, len, access, va)?;
+                let keys = self
+                    .world_mut()
+                    .tables
+                    .mrs
+                    .register(id, region, offset, len, access, va)?;
                 self.mr_owners.insert(keys.lkey, client);
                 Event::MemoryRegistered {
                     lkey: keys.lkey,
@@ -132,7 +142,7 @@ impl Engine {
                 if self.mr_owners.get(&lkey) != Some(&client) {
                     return Err(none("memory registration", lkey));
                 }
-                self.mrs.deregister(lkey)?;
+                self.world_mut().tables.mrs.deregister(lkey)?;
                 self.mr_owners.remove(&lkey);
                 Ok(Response::Done)
             }
@@ -140,13 +150,13 @@ impl Engine {
             Request::DestroyCq { cq } => {
                 self.cq(client, cq)?;
                 if self
-                    .qps
-                    .iter()
+                    .world()
+                    .qps()
                     .any(|qp| qp.send_cq == cq || qp.recv_cq == cq)
                 {
                     return Err(VerbsError::Busy("the completion queue"));
                 }
-                self.cqs.remove(cq);
+                self.world_mut().tables.cqs.remove(cq);
                 Ok(Response::Done)
             }
             Request::CreateQp {
@@ -245,21 +255,23 @@ impl Engine {
                 })?;
                 let ah = self.next_ah;
                 self.next_ah = self.next_ah.wrapping_add(1).max(1);
-                self.ahs.insert(ah, path);
+                let tables = &mut self.world_mut().tables;
+                tables.ahs.insert(ah, path);
+                tables.ah_pds.insert(ah, pd_id);
                 self.ah_owners.insert(ah, (client, pd));
-                self.ah_pds.insert(ah, pd_id);
                 Ok(Response::Ah(ah))
             }
             Request::DestroyAh { ah } => {
                 if self.ah_owners.get(&ah).map(|o| o.0) != Some(client) {
                     return Err(none("address handle", ah));
                 }
-                self.ahs.remove(&ah);
+                let tables = &mut self.world_mut().tables;
+                tables.ahs.remove(&ah);
+                tables.ah_pds.remove(&ah);
                 self.ah_owners.remove(&ah);
-                self.ah_pds.remove(&ah);
                 Ok(Response::Done)
             }
-            Request::Counters => Ok(Response::Counters(Box::new(self.counters.snapshot()))),
+            Request::Counters => Ok(Response::Counters(Box::new(self.counter_sets.snapshot()))),
             Request::TcpListen { port } => self.ip_stack.tcp_listen(client, port),
             Request::TcpUnlisten { port } => self.ip_stack.tcp_unlisten(client, port),
             // `Engine::serve` hands these to the IP stack, which answers once connected.
@@ -306,15 +318,17 @@ impl Engine {
     }
 
     fn cq(&self, client: ClientId, cq: u32) -> Result<&Cq, VerbsError> {
-        self.cqs
+        self.world()
+            .tables
+            .cqs
             .get(cq)
             .filter(|c| c.owner == client)
             .ok_or(none("completion queue", cq))
     }
 
     pub(super) fn qp(&self, client: ClientId, qpn: u32) -> Result<&Qp, VerbsError> {
-        self.qps
-            .get(qpn)
+        self.world()
+            .qp(qpn)
             .filter(|q| q.owner == client)
             .ok_or(none("QP", qpn))
     }
@@ -340,10 +354,13 @@ impl Engine {
         let geometry = Geometry::new(0, entries, CQE_SIZE);
         self.check_room(client, Object::Cq, self.shm_cost(geometry.bytes()))?;
         let event = EventLine::new()?;
-        let cq = self.cqs.free_index();
+        let cq = self.world().tables.cqs.free_index();
         let region = self.ring_region(&format!("cq{cq}"), geometry.bytes())?;
         let ring = Ring::create(Arc::clone(&region), geometry)?;
-        self.cqs.put(Cq::new(cq, client, ring, Arc::clone(&event)));
+        self.world_mut()
+            .tables
+            .cqs
+            .put(Cq::new(cq, client, ring, Arc::clone(&event)));
         Ok(Response::Cq {
             cq,
             ring: RingMap { region, geometry },
@@ -405,9 +422,9 @@ impl Engine {
         };
         let qpn = match qp_type {
             QpType::Ud if gsi => GSI_QPN,
-            _ => self.qps.free_qpn(),
+            _ => self.world().free_qpn(),
         };
-        if self.qps.get(qpn).is_some() {
+        if self.world().qp(qpn).is_some() {
             return Err(VerbsError::Busy("QP1 (the GSI)"));
         }
         // A doorbell record names QP numbers up to a cap (a NIC allowed more QPs numbers none
@@ -437,14 +454,12 @@ impl Engine {
         qp.rto_low = self.rto_low;
         let with_srq = srq.is_some();
         qp.srq = srq;
-        if qp_type != QpType::Ud {
-            qp.congestion = self.dcqcn.map(|p| {
-                Box::new(crate::dcqcn::QpCongestion::new(
-                    p,
-                    std::time::Instant::now(),
-                ))
-            });
-        }
+        qp.congestion = self.dcqcn.map(|p| {
+            Box::new(crate::dcqcn::QpCongestion::new(
+                p,
+                std::time::Instant::now(),
+            ))
+        });
         qp.p_key = self.port.pkeys.get(0).unwrap_or(pkey::DEFAULT);
         if qp_type == QpType::Ud {
             qp.attrs.path_mtu = self.port.max_mtu;
@@ -467,8 +482,7 @@ impl Engine {
             // The GSI is ready at once, with the well-known Q_Key.
             let attr = QpAttr::init_ud(deth::GSI_Q_KEY);
             let pkeys = self.port.pkeys.clone();
-            let (_, mut io) = self.io();
-            io.drive(&mut qp, std::time::Instant::now(), |qp, ctx| {
+            self.with_new_qp(&mut qp, |qp, ctx| {
                 for (state, a) in [
                     (QpState::Init, attr),
                     (
@@ -491,7 +505,7 @@ impl Engine {
                 }
             });
         }
-        self.qps.insert(qp);
+        self.world_mut().insert(qp);
         info!(qpn, %qp_type, "QP created");
         Ok(Response::Qp {
             qpn,
@@ -510,7 +524,7 @@ impl Engine {
     /// Destroys a QP: its outstanding work is dropped without completions, as with
     /// `ibv_destroy_qp`.
     fn destroy_qp(&mut self, qpn: u32) {
-        if self.qps.remove(qpn).is_some() {
+        if self.world_mut().remove(qpn).is_some() {
             info!(qpn, "QP destroyed");
         }
     }
@@ -523,8 +537,8 @@ impl Engine {
         self.forget_neighbour_waits(client);
         self.ip_stack.forget_client(client);
         let qpns: Vec<u32> = self
-            .qps
-            .iter()
+            .world()
+            .qps()
             .filter(|q| q.owner == client)
             .map(|q| q.qpn)
             .collect();
@@ -533,19 +547,26 @@ impl Engine {
         }
         self.srqs.retain(|_, s| srq::lock(s).owner != client);
         let cqns: Vec<u32> = self
+            .world()
+            .tables
             .cqs
             .iter()
             .filter(|c| c.owner == client)
             .map(|c| c.cqn)
             .collect();
         for cqn in cqns {
-            self.cqs.remove(cqn);
+            self.world_mut().tables.cqs.remove(cqn);
         }
+        let tables = &mut self
+            .held
+            .as_mut()
+            .expect("called only while the port thread holds the world")
+            .tables;
         self.ah_owners.retain(|ah, (owner, _)| {
             let keep = *owner != client;
             if !keep {
-                self.ahs.remove(ah);
-                self.ah_pds.remove(ah);
+                tables.ahs.remove(ah);
+                tables.ah_pds.remove(ah);
             }
             keep
         });
@@ -556,7 +577,7 @@ impl Engine {
             .map(|(k, _)| *k)
             .collect();
         for lkey in lkeys {
-            let _ = self.mrs.deregister(lkey);
+            let _ = self.world_mut().tables.mrs.deregister(lkey);
             self.mr_owners.remove(&lkey);
         }
         let pds: Vec<u32> = self
@@ -567,7 +588,7 @@ impl Engine {
             .collect();
         for pd in pds {
             if let Some((id, _)) = self.pds.remove(&pd) {
-                let _ = self.mrs.dealloc_pd(id);
+                let _ = self.world_mut().tables.mrs.dealloc_pd(id);
             }
         }
         debug!(client, "client's objects destroyed");

@@ -41,17 +41,7 @@ impl QpTable {
             .map(|q| &**q)
     }
 
-    /// The number a new host QP gets.
-    pub fn free_qpn(&self) -> u32 {
-        let index = self
-            .user
-            .iter()
-            .position(Option::is_none)
-            .unwrap_or(self.user.len());
-        FIRST_QPN + index as u32
-    }
-
-    /// Adds a QP under its number (from [`QpTable::free_qpn`], or [`GSI_QPN`]).
+    /// Adds a QP under its number.
     pub fn insert(&mut self, qp: Qp) {
         if qp.qpn == GSI_QPN {
             self.gsi = Some(Box::new(qp));

@@ -1,6 +1,7 @@
 //! A frame's way in: parse, check that it is ours and that its ICRC holds, find the QP, and hand
-//! the packet to the responder (requests) or the completer (responses). Frames that are not
-//! RoCE go to the port's IP stack; every accepted frame teaches the engine its sender's MAC.
+//! the packet to the responder (requests) or the completer (responses) — on the port thread, or
+//! on the thread that owns the QP ([`super::shard`]). Frames that are not RoCE go to the port's
+//! IP stack; every accepted frame teaches the engine its sender's MAC.
 
 use std::net::IpAddr;
 use std::time::Instant;
@@ -8,17 +9,24 @@ use std::time::Instant;
 use roce_wire::{Error as WireError, Frame, NetworkRepr, Transport};
 use tracing::{debug, trace, trace_span};
 
+use super::shard::{shard_of, verify_icrc, Shard, Tables};
 use super::{Engine, GSI_QPN};
 use crate::buf::FrameBuf;
 use crate::counters;
-use crate::pkey;
 use crate::port;
-use crate::transport::{self, ip_addresses, Event};
-use crate::types::QpType;
+use crate::transport::Event;
 
 impl Engine {
-    /// Takes in one frame that arrived by `now`.
-    pub(super) fn handle_frame(&mut self, buf: FrameBuf, now: Instant) {
+    /// Takes in one frame that arrived by `now`: a RoCE packet for this thread's QPs is
+    /// delivered at once, one for another thread's queued to it, one for QP1 kept for when
+    /// the world is held.
+    pub(super) fn handle_frame(
+        &mut self,
+        tables: &Tables,
+        shard: &mut Shard,
+        buf: FrameBuf,
+        now: Instant,
+    ) {
         let c = &self.counters;
         counters::bump(&c.rx_frames);
         counters::add(&c.rx_bytes, buf.len() as u64);
@@ -51,107 +59,70 @@ impl Engine {
             trace!("addressed to another NIC");
             return;
         }
-        let icrc = frame.icrc();
-        if !icrc.is_ok() {
-            counters::bump(&c.rx_icrc_errors);
-            Event::BadIcrc {
-                expected: icrc.expected,
-                found: icrc.found,
-            }
-            .log();
+        let owner = shard_of(bth.dest_qp, self.threads);
+        // Another thread's packet has its ICRC checked there: the per-byte work runs in
+        // parallel.
+        if owner == 0 && !verify_icrc(&frame, c) {
             return;
         }
-        Event::IcrcOk.log();
-        let sender: Option<IpAddr> = match frame.repr.network {
-            NetworkRepr::Ipv4 { src, .. } => Some(src.into()),
-            NetworkRepr::Ipv6 { src, .. } => Some(src.into()),
-            NetworkRepr::Grh { .. } => None,
-        };
-        if let (Some(ip), Some(ethernet)) = (sender, frame.repr.ethernet) {
+        if let (Some(ip), Some(ethernet)) = (sender(&frame.repr.network), frame.repr.ethernet) {
             self.learn(ip, ethernet.src);
         }
-        let c = &self.counters;
-        if bth.tver != 0 {
-            counters::bump(&c.rx_bad_tver);
-            debug!(tver = bth.tver, "transport version not 0: dropped");
-            return;
-        }
-        let transport = bth.opcode.transport();
-        if transport == Transport::Cnp {
-            let (qps, mut io) = self.io();
-            match qps.get_mut(bth.dest_qp) {
-                Some(qp) => io.drive(qp, now, crate::dcqcn::on_cnp),
-                None => crate::dcqcn::no_qp_for_cnp(&self.counters),
+        if owner != 0 {
+            if self.lines[owner - 1].push(buf) {
+                self.to_wake |= 1 << owner;
+            } else {
+                counters::bump(&self.counters.shard_rx_dropped);
+                debug!(thread = owner, "the thread's queue is full: frame dropped");
             }
             return;
         }
-        let qpn = bth.dest_qp;
-        if qpn == GSI_QPN {
-            // CM MADs are the agent's; any other datagram to QP1 is for the host holding it.
+        if bth.dest_qp == GSI_QPN {
+            self.gsi_frame = Some(buf);
+            return;
+        }
+        shard.deliver(
+            tables,
+            &mut self.tx,
+            &self.counters,
+            &self.port.pkeys,
+            &frame,
+            now,
+        );
+    }
+
+    /// With the world held: a frame for QP1 (checked as for us, its ICRC verified and its
+    /// sender learnt). CM MADs are the agent's; any other datagram to QP1 is for the host
+    /// holding it.
+    pub(super) fn gsi_receive(&mut self, buf: FrameBuf, now: Instant) {
+        let Ok(frame) = Frame::parse(&buf) else {
+            return;
+        };
+        let bth = frame.repr.bth;
+        let span = trace_span!("rx", qpn = bth.dest_qp, psn = bth.psn, opcode = %bth.opcode);
+        let _enter = span.enter();
+        if bth.tver == 0 && bth.opcode.transport() != Transport::Cnp {
             if let (Some(Ok(mad)), Some(ethernet), Some(src), Some(dst)) = (
                 roce_wire::cm::parse_frame(&frame),
                 frame.repr.ethernet,
-                sender,
+                sender(&frame.repr.network),
                 receiver(&frame.repr.network),
             ) {
                 self.cm_receive(mad, src, dst, ethernet.src);
                 return;
             }
         }
-        let c = &self.counters;
-        let Some(qp) = self.qps.get(qpn) else {
-            counters::bump(&c.rx_unknown_qp);
-            debug!("no such QP: dropped");
-            return;
-        };
-        let fits = matches!(
-            (qp.qp_type, transport),
-            (QpType::Rc, Transport::Rc) | (QpType::Uc, Transport::Uc) | (QpType::Ud, Transport::Ud)
-        );
-        if !fits {
-            counters::bump(&c.rx_wrong_transport);
-            debug!(qp_type = %qp.qp_type, "opcode of another transport: dropped");
-            return;
-        }
-        if let Some(path) = qp.path.filter(|_| qp.qp_type != QpType::Ud) {
-            if !path.is_reverse_of(&frame.repr.network) {
-                counters::bump(&c.rx_wrong_address);
-                debug!(
-                    packet = ?ip_addresses(&frame.repr.network),
-                    connected = ?ip_addresses(&path.network),
-                    "packet from or to an address the QP is not connected to: dropped"
-                );
-                return;
-            }
-        }
-        let partition = if qpn == GSI_QPN {
-            self.port.pkeys.check_any(bth.p_key)
-        } else {
-            pkey::check(bth.p_key, qp.p_key)
-        };
-        if let Err(reason) = partition {
-            counters::bump(&c.rx_bad_pkey);
-            debug!(
-                p_key = format_args!("{:#06x}", bth.p_key),
-                qp_p_key = format_args!("{:#06x}", qp.p_key),
-                %reason,
-                "P_Key does not match: dropped"
-            );
-            return;
-        }
-        let (qps, mut io) = self.io();
-        let Some(qp) = qps.get_mut(qpn) else { return };
-        if !bth.opcode.kind().is_response() {
-            // The receives posted so far are there for the responder to take.
-            qp.fetch_receives();
-        }
-        let ack_due = io.drive(qp, now, |qp, ctx| {
-            crate::dcqcn::on_arrival(qp, ctx, &frame.repr.network);
-            transport::on_packet(qp, ctx, &frame)
-        });
-        if ack_due && !self.acks_due.contains(&qpn) {
-            self.acks_due.push(qpn);
-        }
+        let Engine {
+            held,
+            tx,
+            counters,
+            port,
+            ..
+        } = self;
+        let Some(held) = held.as_mut() else { return };
+        let (tables, shard) = held.shard_of_qp(GSI_QPN);
+        shard.deliver(tables, tx, counters, &port.pkeys, &frame, now);
+        shard.flush_acks(tables, tx, counters, now);
     }
 
     /// Hands a frame that is not RoCE to the port's IP stack, after learning its sender.
@@ -171,6 +142,15 @@ impl Engine {
             return false;
         }
         receiver(&frame.repr.network).is_some_and(|dst| self.local_ips.contains(&dst))
+    }
+}
+
+/// The IP address a frame is sent from (none for a bare GRH).
+fn sender(network: &NetworkRepr) -> Option<IpAddr> {
+    match *network {
+        NetworkRepr::Ipv4 { src, .. } => Some(src.into()),
+        NetworkRepr::Ipv6 { src, .. } => Some(src.into()),
+        NetworkRepr::Grh { .. } => None,
     }
 }
 

@@ -93,8 +93,8 @@ impl Engine {
     ) -> Result<Response, VerbsError> {
         let s = self.srq(client, srqn)?;
         let in_use = self
-            .qps
-            .iter()
+            .world()
+            .qps()
             .any(|qp| qp.srq.as_ref().is_some_and(|q| Arc::ptr_eq(q, &s)));
         if in_use {
             return Err(VerbsError::Busy("the shared receive queue (a QP uses it)"));

@@ -81,7 +81,8 @@ pub fn devices(
     devices_with(link_a, link_b, |_| {})
 }
 
-/// Like [`devices`], with each device's configuration adjusted by `configure`.
+/// Like [`devices`], with each device's configuration adjusted by `configure`. The devices run
+/// [`test_threads`] engine threads unless `configure` says otherwise.
 pub fn devices_with(
     link_a: impl Link + 'static,
     link_b: impl Link + 'static,
@@ -89,11 +90,22 @@ pub fn devices_with(
 ) -> Result<(Device, Device), VerbsError> {
     let mut ca = DeviceConfig::new("nic-a", ip(1));
     let mut cb = DeviceConfig::new("nic-b", ip(2));
+    ca.threads = test_threads();
+    cb.threads = test_threads();
     ca.neighbours.push((ip(2), cb.mac));
     cb.neighbours.push((ip(1), ca.mac));
     configure(&mut ca);
     configure(&mut cb);
     Ok((Device::start(ca, link_a)?, Device::start(cb, link_b)?))
+}
+
+/// Engine threads of the test bench's devices: `ROCE_TEST_THREADS` (default 1), so that a whole
+/// test suite can run again with its QPs sharded (`ROCE_TEST_THREADS=2 cargo test ...`).
+pub fn test_threads() -> usize {
+    std::env::var("ROCE_TEST_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
 }
 
 /// QP sizes the bench uses.

@@ -29,6 +29,7 @@ fn nics(dir: &Path, label: &str) -> Nics {
     let (la, lb) = mem::pair();
     let config = |end, n| {
         let mut c = DeviceConfig::new(&nic_name(label, end), ip(n));
+        c.threads = roce_nic::testbed::test_threads();
         c.rings = RingMemory::Shared {
             prefix: c.name.clone(),
         };

@@ -40,9 +40,15 @@ fn name(label: &str, end: char) -> String {
 }
 
 fn nics(dir: &Dir, label: &str, limits: &[&str]) -> Nics {
+    nics_on(dir, label, limits, roce_nic::testbed::test_threads())
+}
+
+/// [`nics`] with `threads` engine threads each.
+fn nics_on(dir: &Dir, label: &str, limits: &[&str], threads: usize) -> Nics {
     let (la, lb) = mem::pair();
     let config = |end, n| {
         let mut c = DeviceConfig::new(&name(label, end), ip(n));
+        c.threads = threads;
         c.rings = RingMemory::Shared {
             prefix: c.name.clone(),
         };
@@ -294,8 +300,19 @@ fn in_process(nic: &(Device, Server)) -> Host {
 #[test]
 fn a_host_ringing_qps_it_does_not_own_or_flooding_or_clearing_its_doorbell_record_costs_only_itself(
 ) {
-    let dir = Dir::new("ring");
-    let nics = nics(&dir, "ring", &[]);
+    foreign_rings_cost_only_the_ringer("ring", roce_nic::testbed::test_threads());
+}
+
+/// The doorbells are checked on the port thread and handed to the QPs' threads: with two, a
+/// flood of foreign rings still costs only the ringer.
+#[test]
+fn with_qps_on_two_threads_a_hosts_foreign_rings_cost_only_itself() {
+    foreign_rings_cost_only_the_ringer("ring2", 2);
+}
+
+fn foreign_rings_cost_only_the_ringer(label: &str, threads: usize) {
+    let dir = Dir::new(label);
+    let nics = nics_on(&dir, label, &[], threads);
     let (a, b) = (in_process(&nics.a), in_process(&nics.b));
     connect(&a, &b);
     let attacker = backend(&nics.a);

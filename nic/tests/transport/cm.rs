@@ -131,11 +131,19 @@ struct Bench {
 }
 
 fn bench(cm_response_timeout: u8) -> Bench {
+    bench_on(cm_response_timeout, test_threads())
+}
+
+/// [`bench`] with devices of `threads` engine threads.
+fn bench_on(cm_response_timeout: u8, threads: usize) -> Bench {
     let (la, lb) = mem::pair();
     let (la, tap_a) = tap(la);
     let (lb, tap_b) = tap(lb);
-    let (dev_a, dev_b) = devices_with(la, lb, |c| c.cm_response_timeout = cm_response_timeout)
-        .expect("devices start");
+    let (dev_a, dev_b) = devices_with(la, lb, |c| {
+        c.cm_response_timeout = cm_response_timeout;
+        c.threads = threads;
+    })
+    .expect("devices start");
     let (a, b) = hosts(&dev_a, &dev_b, QpType::Rc, 64 << 10);
     Bench {
         a,
@@ -300,6 +308,35 @@ fn a_lost_req_rep_or_rtu_is_sent_again_and_the_connection_forms() {
             "the lost {lost} was sent again"
         );
         write_read_and_atomics(&bench.b, &bench.a);
+    }
+}
+
+/// The CM agent runs on the port thread and moves QPs that live on the other threads: a
+/// handshake (one with its RTU lost, so a timer sends it again), data, and a disconnect, with
+/// two and four engine threads.
+#[test]
+fn connections_form_carry_data_and_close_with_qps_on_other_threads() {
+    for threads in [2, 4] {
+        let bench = bench_on(FAST_CM, threads);
+        assert_ne!(
+            bench.b.qp.qp_num() % threads as u32,
+            0,
+            "a QP off the port thread"
+        );
+        let rtus = bench.tap_b.lose_first(AttributeId::RTU, 1);
+        let (_listener, active, passive) = handshake(&bench);
+        assert!(
+            rtus.load(Ordering::SeqCst) >= 2,
+            "the lost RTU was sent again"
+        );
+        write_read_and_atomics(&bench.b, &bench.a);
+        write_read_and_atomics(&bench.a, &bench.b);
+        active.disconnect().unwrap();
+        for (host, id) in [(&bench.b, active.id()), (&bench.a, passive.id())] {
+            let e = event(host);
+            assert_eq!((e.kind, e.id), (CmEventKind::Disconnected, id));
+            assert_eq!(state(host), QpState::Err);
+        }
     }
 }
 

@@ -16,6 +16,7 @@ mod rc_errors;
 mod rc_verbs;
 mod recovery;
 mod srq;
+mod threads;
 mod uc;
 mod ud;
 mod wire_rules;

@@ -120,7 +120,10 @@ impl Engine {
         let private_data = cm::PrivateData::from_slice(&param.private_data)
             .map_err(|e| VerbsError::Invalid(e.to_string()))?;
         self.sidr_ready_qp(client, qpn)?;
-        let q_key = self.qps.get(qpn).map_or(cma::UDP_QKEY, |qp| qp.attrs.qkey);
+        let q_key = self
+            .world()
+            .qp(qpn)
+            .map_or(cma::UDP_QKEY, |qp| qp.attrs.qkey);
         if let Some(conn) = self.cm.conns.get_mut(&id) {
             conn.qpn = Some(qpn);
         }
