@@ -108,17 +108,38 @@ fn number(line: &mut Vec<u8>, n: u64) {
     }
 }
 
-/// How many decimal digits `n` has (at least 1).
+/// An address byte in decimal: one fixed-size copy of one, two or three digits.
+#[inline(always)]
+fn octet(line: &mut Vec<u8>, n: u8) {
+    let pair = usize::from(n % 100) * 2;
+    if n >= 100 {
+        line.extend_from_slice(&[b'0' + n / 100, PAIRS[pair], PAIRS[pair + 1]]);
+    } else if n >= 10 {
+        line.extend_from_slice(&[PAIRS[pair], PAIRS[pair + 1]]);
+    } else {
+        line.push(b'0' + n);
+    }
+}
+
+/// How many decimal digits `n` has (at least 1), without a loop: the bit length gives the count
+/// to within one (log10(2) is about 1233/4096), and one comparison settles it.
 #[inline(always)]
 fn decimal_digits(n: u64) -> usize {
-    let mut count = 1;
-    let mut bound = 10u64;
-    while count < 20 && n >= bound {
-        count += 1;
-        bound = bound.wrapping_mul(10);
-    }
-    count
+    let bits = u64::BITS - (n | 1).leading_zeros();
+    let guess = ((bits * 1233) >> 12) as usize;
+    guess + usize::from(n >= POWERS_OF_TEN[guess])
 }
+
+/// 10^0 to 10^19, for [`decimal_digits`].
+const POWERS_OF_TEN: [u64; 20] = {
+    let mut powers = [1u64; 20];
+    let mut i = 1;
+    while i < 20 {
+        powers[i] = powers[i - 1] * 10;
+        i += 1;
+    }
+    powers
+};
 
 /// The two-digit strings "00" to "99", end to end.
 const PAIRS: &[u8; 200] = b"\
@@ -137,6 +158,15 @@ fn digits(line: &mut Vec<u8>, mut n: u64, count: usize) {
     line.extend_from_slice(&[b'0'; 20]);
     let out = &mut line[at..at + count];
     let mut end = count;
+    // Four digits per division where there are four, then two, then one.
+    while end >= 4 {
+        let four = (n % 10_000) as usize;
+        n /= 10_000;
+        let (high, low) = (four / 100 * 2, four % 100 * 2);
+        out[end - 4..end - 2].copy_from_slice(&PAIRS[high..high + 2]);
+        out[end - 2..end].copy_from_slice(&PAIRS[low..low + 2]);
+        end -= 4;
+    }
     while end >= 2 {
         let pair = (n % 100) as usize * 2;
         n /= 100;
@@ -212,13 +242,15 @@ fn value(line: &mut Vec<u8>, v: &Value) {
         Value::Mac(mac) => hex_bytes(line, &mac.0),
         Value::Bytes(bytes) => hex_bytes(line, bytes),
         Value::Ipv4(a) => {
+            let [a, b, c, d] = a.octets();
             line.push(b'"');
-            for (i, octet) in a.octets().into_iter().enumerate() {
-                if i > 0 {
-                    line.push(b'.');
-                }
-                number(line, octet.into());
-            }
+            octet(line, a);
+            line.push(b'.');
+            octet(line, b);
+            line.push(b'.');
+            octet(line, c);
+            line.push(b'.');
+            octet(line, d);
             line.push(b'"');
         }
         // Writing into a Vec cannot fail.
