@@ -326,6 +326,84 @@ mod tests {
         assert!(packets > 200, "only {packets} packets");
     }
 
+    /// The packet's line written the plain way, with `format!` and the fields' `Display`: the
+    /// output the writer had before it was made fast, which it must still equal byte for byte.
+    fn plain(every_field: bool, record: &Record, file: Option<&str>, d: &Description) -> String {
+        let t = record.timestamp;
+        let mut line = format!(
+            "{{\"frame.number\":{},\"frame.time_epoch\":\"{}.{:09}\",\"frame.len\":{}",
+            record.number,
+            t.as_secs(),
+            t.subsec_nanos(),
+            record.original_len
+        );
+        if every_field {
+            line += &format!(",\"frame.cap_len\":{}", record.data.len());
+        }
+        if let Some(name) = file {
+            line += &format!(",\"roce.file\":{}", serde_json::Value::from(name));
+        }
+        let mut opcode_named = false;
+        let each = |field: &Field| {
+            let value = match field.value {
+                Value::Uint(n, _) => n.to_string(),
+                Value::Flag(b) => b.to_string(),
+                other => format!("\"{other}\""),
+            };
+            line += &format!(",\"{}\":{value}", field.key());
+            if !opcode_named && field.layer == Layer::Bth {
+                opcode_named = true;
+                if let Value::Uint(n, _) = field.value {
+                    if let Ok(op) = Opcode::from_u8(n as u8) {
+                        line += &format!(",\"{OPCODE_NAME}\":\"{op}\"");
+                    }
+                }
+            }
+            Ok::<(), Infallible>(())
+        };
+        let Ok(()) = match every_field {
+            true => d.visit(each),
+            false => d.visit_essential(each),
+        };
+        line + "}\n"
+    }
+
+    #[test]
+    fn the_fast_writer_equals_plain_formatting_byte_for_byte_on_every_capture() {
+        let mut captures = roce_tests::captures_under(Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../captures"
+        )));
+        // The shared real captures, where this machine has them.
+        captures.extend(roce_tests::captures_under(
+            &roce_tests::shared_captures_dir(),
+        ));
+        let mut packets = 0;
+        for path in &captures {
+            let bytes = std::fs::read(path).expect("reading a capture");
+            let mut reader = Reader::new(&bytes[..]).expect("a capture");
+            while let Some(record) = reader.next_record() {
+                let record = record.expect("a whole record");
+                let Ok(frame) = record.frame() else { continue };
+                let description = Description::new(&frame);
+                for (every_field, file) in [(false, None), (true, Some("a \"b\".pcap"))] {
+                    let mut out = b"left alone|".to_vec();
+                    packet(&mut out, every_field, &record, file, &description);
+                    let expected = plain(every_field, &record, file, &description);
+                    assert_eq!(
+                        String::from_utf8(out).expect("UTF-8"),
+                        format!("left alone|{expected}"),
+                        "{} record {}",
+                        path.display(),
+                        record.number
+                    );
+                }
+                packets += 1;
+            }
+        }
+        assert!(packets > 200, "only {packets} packets");
+    }
+
     #[test]
     fn numbers_are_written_as_decimal_without_leading_zeros() {
         for n in [
