@@ -474,6 +474,50 @@ fn failed(errno: c_int) -> c_int {
     -1
 }
 
+/// One rdma_* call: its body's value, or -1 with the errno of its error (EIO if it panicked).
+fn call(body: impl FnOnce() -> Result<c_int, c_int>) -> c_int {
+    guard(-1, || body().unwrap_or_else(failed))
+}
+
+/// The program's ID behind `id` (EINVAL for NULL).
+///
+/// # Safety
+/// `id` is NULL or an ID made by [`roce_rdma_create_id`] or filed for a connect request,
+/// not destroyed.
+unsafe fn id_of<'a>(id: *mut rdma_cm_id) -> Result<&'a mut Id, c_int> {
+    // SAFETY: every ID is the first field of an `Id` (see the precondition).
+    unsafe { (id as *mut Id).as_mut() }.ok_or(libc::EINVAL)
+}
+
+impl Id {
+    /// The NIC's ID: EINVAL before the ID listens, connects or came as a connect request.
+    fn nic(&self) -> Result<&CmId, c_int> {
+        self.nic.as_ref().ok_or(libc::EINVAL)
+    }
+
+    /// Files the NIC's ID made for this one by `rdma_listen` or `rdma_connect`.
+    fn enroll(&mut self, nic: CmId) {
+        let nic_id = nic.id();
+        self.nic = Some(nic);
+        enroll(nic_id, self);
+    }
+}
+
+/// The errno of a failed NIC request made by the call `what`.
+fn nic_error(what: &'static str) -> impl std::ops::Fn(VerbsError) -> c_int {
+    move |e| fail(what, &e)
+}
+
+/// An address given by the program (EINVAL for NULL or a family other than IPv4/IPv6).
+fn address(addr: *const libc::sockaddr) -> Result<SocketAddr, c_int> {
+    from_sockaddr(addr).ok_or(libc::EINVAL)
+}
+
+/// An address stored in an ID's route.
+fn stored(addr: &libc::sockaddr_storage) -> Result<SocketAddr, c_int> {
+    address(addr as *const _ as *const libc::sockaddr)
+}
+
 fn to_storage(addr: SocketAddr) -> libc::sockaddr_storage {
     // SAFETY: a zeroed sockaddr_storage is valid.
     let mut s: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
@@ -636,17 +680,16 @@ pub unsafe extern "C" fn roce_rdma_create_id(
 /// `rdma_destroy_id`: a listener stops, a connection is refused or ended.
 #[no_mangle]
 pub unsafe extern "C" fn roce_rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
-    if id.is_null() {
-        return failed(libc::EINVAL);
-    }
-    guard(-1, || {
+    call(|| {
+        if id.is_null() {
+            return Err(libc::EINVAL);
+        }
         // SAFETY: made by Box::into_raw in new_id; the program gives it up.
         let id = unsafe { Box::from_raw(id as *mut Id) };
-        if let Some(nic) = &id.nic {
+        if let Ok(nic) = id.nic() {
             state().ids.remove(&nic.id());
         }
-        drop(id);
-        0
+        Ok(0)
     })
 }
 
@@ -656,21 +699,14 @@ pub unsafe extern "C" fn roce_rdma_bind_addr(
     id: *mut rdma_cm_id,
     addr: *mut libc::sockaddr,
 ) -> c_int {
-    let Some(addr) = from_sockaddr(addr) else {
-        return failed(libc::EINVAL);
-    };
-    if id.is_null() {
-        return failed(libc::EINVAL);
-    }
-    let ctx = match context() {
-        Ok(ctx) => ctx,
-        Err(e) => return failed(e),
-    };
-    // SAFETY: the program's ID.
-    let id = unsafe { &mut *id };
-    id.verbs = ctx;
-    id.route.addr.src = to_storage(addr);
-    0
+    call(|| {
+        let addr = address(addr)?;
+        // SAFETY: the program's ID.
+        let i = unsafe { id_of(id) }?;
+        i.id.verbs = context()?;
+        i.id.route.addr.src = to_storage(addr);
+        Ok(0)
+    })
 }
 
 /// `rdma_resolve_addr`: nothing to ask (see the module); ADDR_RESOLVED at once.
@@ -681,61 +717,43 @@ pub unsafe extern "C" fn roce_rdma_resolve_addr(
     dst: *mut libc::sockaddr,
     _timeout_ms: c_int,
 ) -> c_int {
-    let Some(dst) = from_sockaddr(dst) else {
-        return failed(libc::EINVAL);
-    };
-    if id.is_null() {
-        return failed(libc::EINVAL);
-    }
-    let ctx = match context() {
-        Ok(ctx) => ctx,
-        Err(e) => return failed(e),
-    };
-    // SAFETY: the program's ID.
-    let i = unsafe { &mut *id };
-    i.verbs = ctx;
-    if let Some(src) = from_sockaddr(src) {
-        i.route.addr.src = to_storage(src);
-    }
-    i.route.addr.dst = to_storage(dst);
-    queue(i.channel, id, ADDR_RESOLVED);
-    0
+    call(|| {
+        let dst = address(dst)?;
+        // SAFETY: the program's ID.
+        let i = unsafe { id_of(id) }?;
+        i.id.verbs = context()?;
+        if let Ok(src) = address(src) {
+            i.id.route.addr.src = to_storage(src);
+        }
+        i.id.route.addr.dst = to_storage(dst);
+        queue(i.id.channel, id, ADDR_RESOLVED);
+        Ok(0)
+    })
 }
 
 /// `rdma_resolve_route`: ROUTE_RESOLVED at once.
 #[no_mangle]
 pub unsafe extern "C" fn roce_rdma_resolve_route(id: *mut rdma_cm_id, _timeout_ms: c_int) -> c_int {
-    if id.is_null() {
-        return failed(libc::EINVAL);
-    }
-    // SAFETY: the program's ID.
-    queue(unsafe { (*id).channel }, id, ROUTE_RESOLVED);
-    0
+    call(|| {
+        // SAFETY: the program's ID.
+        queue(unsafe { id_of(id) }?.id.channel, id, ROUTE_RESOLVED);
+        Ok(0)
+    })
 }
 
 /// `rdma_listen`.
 #[no_mangle]
 pub unsafe extern "C" fn roce_rdma_listen(id: *mut rdma_cm_id, _backlog: c_int) -> c_int {
-    if id.is_null() {
-        return failed(libc::EINVAL);
-    }
-    // SAFETY: the program's ID.
-    let i = unsafe { &mut *(id as *mut Id) };
-    let Some(addr) = from_sockaddr(&i.id.route.addr.src as *const _ as *const libc::sockaddr)
-    else {
-        return failed(libc::EINVAL);
-    };
-    if i.id.verbs.is_null() {
-        return failed(libc::EINVAL);
-    }
-    guard(-1, || match nic_ctx(i.id.verbs).nic.cm_listen(addr) {
-        Ok(nic) => {
-            let nic_id = nic.id();
-            i.nic = Some(nic);
-            enroll(nic_id, i);
-            0
+    call(|| {
+        // SAFETY: the program's ID.
+        let i = unsafe { id_of(id) }?;
+        let addr = stored(&i.id.route.addr.src)?;
+        if i.id.verbs.is_null() {
+            return Err(libc::EINVAL);
         }
-        Err(e) => failed(fail("rdma_listen", &e)),
+        let nic = nic_ctx(i.id.verbs).nic.cm_listen(addr);
+        i.enroll(nic.map_err(nic_error("rdma_listen"))?);
+        Ok(0)
     })
 }
 
@@ -774,31 +792,17 @@ pub unsafe extern "C" fn roce_rdma_connect(
     id: *mut rdma_cm_id,
     param: *mut rdma_conn_param,
 ) -> c_int {
-    if id.is_null() {
-        return failed(libc::EINVAL);
-    }
-    // SAFETY: the program's ID.
-    let i = unsafe { &mut *(id as *mut Id) };
-    let qp = match qp_of(&i.id) {
-        Ok(qp) => qp,
-        Err(e) => return failed(e),
-    };
-    let Some(dst) = from_sockaddr(&i.id.route.addr.dst as *const _ as *const libc::sockaddr) else {
-        return failed(libc::EINVAL);
-    };
-    let param = conn_param(param);
-    guard(-1, || {
+    call(|| {
+        // SAFETY: the program's ID.
+        let i = unsafe { id_of(id) }?;
+        let qp = qp_of(&i.id)?;
+        let dst = stored(&i.id.route.addr.dst)?;
+        let param = conn_param(param);
         // The answer may be taken by another thread's rdma_get_cm_event before the ID is
         // filed here: it keeps it as early (see [`file`]).
-        match nic_ctx(i.id.verbs).nic.cm_connect(&qp.inner, dst, &param) {
-            Ok(nic) => {
-                let nic_id = nic.id();
-                i.nic = Some(nic);
-                enroll(nic_id, i);
-                0
-            }
-            Err(e) => failed(fail("rdma_connect", &e)),
-        }
+        let nic = nic_ctx(i.id.verbs).nic.cm_connect(&qp.inner, dst, &param);
+        i.enroll(nic.map_err(nic_error("rdma_connect"))?);
+        Ok(0)
     })
 }
 
@@ -808,22 +812,14 @@ pub unsafe extern "C" fn roce_rdma_accept(
     id: *mut rdma_cm_id,
     param: *mut rdma_conn_param,
 ) -> c_int {
-    if id.is_null() {
-        return failed(libc::EINVAL);
-    }
-    // SAFETY: the program's ID.
-    let i = unsafe { &mut *(id as *mut Id) };
-    let qp = match qp_of(&i.id) {
-        Ok(qp) => qp,
-        Err(e) => return failed(e),
-    };
-    let Some(nic) = &i.nic else {
-        return failed(libc::EINVAL);
-    };
-    let param = conn_param(param);
-    guard(-1, || match nic.accept(&qp.inner, &param) {
-        Ok(()) => 0,
-        Err(e) => failed(fail("rdma_accept", &e)),
+    call(|| {
+        // SAFETY: the program's ID.
+        let i = unsafe { id_of(id) }?;
+        let qp = qp_of(&i.id)?;
+        let nic = i.nic()?;
+        nic.accept(&qp.inner, &conn_param(param))
+            .map_err(nic_error("rdma_accept"))?;
+        Ok(0)
     })
 }
 
@@ -834,40 +830,28 @@ pub unsafe extern "C" fn roce_rdma_reject(
     data: *const c_void,
     len: u8,
 ) -> c_int {
-    if id.is_null() {
-        return failed(libc::EINVAL);
-    }
-    // SAFETY: the program's ID.
-    let i = unsafe { &*(id as *mut Id) };
-    let Some(nic) = &i.nic else {
-        return failed(libc::EINVAL);
-    };
-    let private = if data.is_null() {
-        Vec::new()
-    } else {
-        // SAFETY: data holds len bytes.
-        unsafe { std::slice::from_raw_parts(data as *const u8, len.into()) }.to_vec()
-    };
-    guard(-1, || match nic.reject(&private) {
-        Ok(()) => 0,
-        Err(e) => failed(fail("rdma_reject", &e)),
+    call(|| {
+        // SAFETY: the program's ID.
+        let nic = unsafe { id_of(id) }?.nic()?;
+        let private: &[u8] = if data.is_null() {
+            &[]
+        } else {
+            // SAFETY: data holds len bytes.
+            unsafe { std::slice::from_raw_parts(data as *const u8, len.into()) }
+        };
+        nic.reject(private).map_err(nic_error("rdma_reject"))?;
+        Ok(0)
     })
 }
 
 /// `rdma_disconnect`: DISCONNECTED follows on both sides.
 #[no_mangle]
 pub unsafe extern "C" fn roce_rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
-    if id.is_null() {
-        return failed(libc::EINVAL);
-    }
-    // SAFETY: the program's ID.
-    let i = unsafe { &*(id as *mut Id) };
-    let Some(nic) = &i.nic else {
-        return failed(libc::EINVAL);
-    };
-    guard(-1, || match nic.disconnect() {
-        Ok(()) => 0,
-        Err(e) => failed(fail("rdma_disconnect", &e)),
+    call(|| {
+        // SAFETY: the program's ID.
+        let nic = unsafe { id_of(id) }?.nic()?;
+        nic.disconnect().map_err(nic_error("rdma_disconnect"))?;
+        Ok(0)
     })
 }
 
