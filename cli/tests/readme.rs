@@ -81,7 +81,7 @@ fn skipped(block: &Block) -> Option<&'static str> {
     if block.rust {
         return Some("a Rust fragment of the verbs API, not a command");
     }
-    let reasons: [(&str, &str); 12] = [
+    let reasons: [(&str, &str); 13] = [
         (
             "tests/interop/softroce-vm",
             "needs the QEMU guest (cli/tests/softroce.rs runs it)",
@@ -122,6 +122,10 @@ fn skipped(block: &Block) -> Option<&'static str> {
         (
             "cargo build --release -p roce-nic --example write_profile",
             "a profile under valgrind: a release build and minutes, no pass or fail",
+        ),
+        (
+            "roce bench --incast",
+            "seconds of real-time processes and no exact output (cli/tests/fabric.rs runs it)",
         ),
         (
             "switch --rate",

@@ -3,6 +3,7 @@
 //! or `--qps`, every figure beside its baseline ([`all`]).
 
 mod all;
+mod incast;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -35,19 +36,22 @@ Examples:
   roce bench --seconds 1 --json | jq .write.gbit_per_s
   roce bench --all                    every figure beside its baseline in this run, as ratios
   roce bench --all --json >> history.jsonl
-  roce bench --qps 1,64,1024,8192     many QPs sharing the load, against one QP";
+  roce bench --qps 1,64,1024,8192     many QPs sharing the load, against one QP
+  roce bench --incast 4               4 NIC processes into one through roce switch, without
+                                      and with DCQCN: goodput per flow, Jain's index, drops
+  roce bench --incast 4 --dcqcn on --seconds 8 --json | jq '.runs[0].curves'";
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Seconds per throughput measurement.
-    #[arg(long, default_value_t = 3.0)]
-    seconds: f64,
+    /// Seconds per throughput measurement (default 3; with --incast, of each run, default 4).
+    #[arg(long)]
+    seconds: Option<f64>,
     /// Path MTU in bytes (256, 512, 1024, 2048 or 4096).
     #[arg(short, long, default_value_t = 4096)]
     mtu: u32,
-    /// Message size of the goodput run (e.g. 1M, 64K).
-    #[arg(short, long, default_value = "1M")]
-    size: String,
+    /// Message size of the goodput run (e.g. 1M, 64K; default 1M, with --incast 16K).
+    #[arg(short, long)]
+    size: Option<String>,
     /// Faults on the cable, e.g. drop=0.01 (see `roce nic --help`).
     #[arg(long)]
     faults: Option<String>,
@@ -67,6 +71,35 @@ pub struct Args {
     /// with --all, instead of 1,64,1024).
     #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=65536))]
     qps: Option<Vec<u32>>,
+    /// An incast of N `roce nic` processes into one more through a `roce switch`, without
+    /// and with DCQCN: each flow's goodput, Jain's index, drops, marks, CNPs, the queue.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
+    incast: Option<u32>,
+    /// With --incast: the line rate of the switch's ports and of every NIC (K, M, G).
+    #[arg(long, default_value = incast::DEFAULT_RATE, value_name = "BITS", requires = "incast")]
+    rate: String,
+    /// With --incast: the switch port's buffer.
+    #[arg(long, default_value = "1M", value_name = "BYTES", requires = "incast")]
+    buffer: String,
+    /// With --incast: the switch's RED marking (`roce switch --ecn`).
+    #[arg(long, default_value = incast::RED, value_name = "RED", requires = "incast")]
+    ecn: String,
+    /// With --incast: which runs, `both` (without DCQCN, then with it), `on` or `off`.
+    #[arg(long, default_value = "both", value_parser = ["both", "on", "off"], requires = "incast")]
+    dcqcn: String,
+    /// With --incast: a DCQCN parameter for the NICs of the DCQCN run (repeatable; `roce nic
+    /// --dcqcn-param`), after the incast's own (the DCQCN paper's, scaled from its 40 Gbit/s
+    /// line to 1 Gbit/s: times × 40, rates ÷ 40).
+    #[arg(long = "dcqcn-param", value_name = "NAME=VALUE", requires = "incast")]
+    dcqcn_params: Vec<String>,
+    /// With --incast: WRITEs each flow keeps in flight.
+    #[arg(long, default_value_t = 64, value_name = "N", requires = "incast",
+          value_parser = clap::value_parser!(u32).range(1..=512))]
+    in_flight: u32,
+    /// With --incast: the fairness window starts this many seconds into each run (default:
+    /// half-way).
+    #[arg(long, value_name = "SECONDS", requires = "incast")]
+    settle: Option<f64>,
     /// Packets of the synthetic capture `--all` decodes.
     #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
     packets: u64,
@@ -74,15 +107,58 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
     let mtu = crate::attach::path_mtu(args.mtu)?;
-    let size = roce_hostmem::parse_size(&args.size)
-        .map_err(|e| Failure::usage(format!("--size {}: {e}", args.size)))?;
-    if size > 16 << 20 {
-        return Err(Failure::usage("--size is at most 16M"));
+    let incast = args.incast.is_some();
+    let size_text = args
+        .size
+        .as_deref()
+        .unwrap_or(if incast { "16K" } else { "1M" });
+    let size = roce_hostmem::parse_size(size_text)
+        .map_err(|e| Failure::usage(format!("--size {size_text}: {e}")))?;
+    if size > 16 << 20 || size == 0 {
+        return Err(Failure::usage("--size is 1 to 16M"));
     }
-    let duration = Duration::try_from_secs_f64(args.seconds)
+    let seconds = args.seconds.unwrap_or(if incast { 4.0 } else { 3.0 });
+    let duration = Duration::try_from_secs_f64(seconds)
         .ok()
         .filter(|d| !d.is_zero())
         .ok_or_else(|| Failure::usage("--seconds must be a positive number"))?;
+    if let Some(flows) = args.incast {
+        if args.all || args.qps.is_some() || args.faults.is_some() {
+            return Err(Failure::usage(
+                "--incast runs alone, without --all, --qps or --faults",
+            ));
+        }
+        let rate = args
+            .rate
+            .parse()
+            .map_err(|e| Failure::usage(format!("--rate: {e}")))?;
+        let settle = match args.settle {
+            None => duration / 2,
+            Some(s) => Duration::try_from_secs_f64(s)
+                .ok()
+                .filter(|s| *s < duration)
+                .ok_or_else(|| Failure::usage("--settle must be less than --seconds"))?,
+        };
+        let mut params: Vec<String> = incast::PARAMS.iter().map(|p| p.to_string()).collect();
+        params.extend(args.dcqcn_params);
+        return incast::run(incast::Plan {
+            flows: flows as usize,
+            rate,
+            buffer: args.buffer,
+            ecn: args.ecn,
+            params,
+            runs: match args.dcqcn.as_str() {
+                "on" => vec![true],
+                "off" => vec![false],
+                _ => vec![false, true],
+            },
+            size,
+            depth: args.in_flight as usize,
+            duration,
+            settle,
+            json: args.json,
+        });
+    }
     let faults: Option<FaultSpec> = args
         .faults
         .as_deref()

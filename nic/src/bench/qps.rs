@@ -167,10 +167,9 @@ impl ManyQps {
                 in_flight_per_qp[q] += batch;
                 posted += batch as u64;
             }
-            let k = self.a.cq.poll(&mut wcs);
-            if k == 0 {
-                std::thread::yield_now();
-            }
+            // Nothing more may be posted until a completion comes: sleep for it, as
+            // `write_throughput` does, rather than spin through the engines' time.
+            let k = self.a.cq.wait(&mut wcs, Some(super::WAIT_SLICE));
             for wc in &wcs[..k] {
                 if wc.status != WcStatus::Success {
                     return Err(VerbsError::Invalid(format!(

@@ -6,8 +6,8 @@
 //!
 //! Off unless the NIC is given [`Params`] (`roce nic --dcqcn`): Soft-RoCE has no congestion
 //! control, and a NIC that paces or marks is not the peer a Soft-RoCE test expects. With it on,
-//! every RoCE packet leaves ECT(0) (see [`crate::link::ecn::Ect`]), each connected QP has both
-//! ends, and the engine calls the hooks here: [`on_arrival`] for every packet a QP takes,
+//! every RoCE packet leaves ECT(0) (see [`crate::link::ecn::Ect`]), each QP — connected or UD —
+//! has both ends, and the engine calls the hooks here: [`on_arrival`] for every packet a QP takes,
 //! [`on_cnp`] for CNPs, [`may_send`] and [`sent`] around every packet the requester sends.
 
 pub mod np;
@@ -17,7 +17,7 @@ pub mod rp;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use roce_wire::NetworkRepr;
+use roce_wire::{FrameRepr, NetworkRepr};
 use tracing::{debug, trace};
 
 pub use params::Params;
@@ -25,6 +25,7 @@ pub use params::Params;
 use crate::counters;
 use crate::qp::Qp;
 use crate::transport::Ctx;
+use crate::types::QpType;
 
 /// Both ends of DCQCN for one QP.
 #[derive(Debug, Clone)]
@@ -57,23 +58,38 @@ pub fn is_ce(network: &NetworkRepr) -> bool {
     bits & 3 == 3
 }
 
-/// A packet for `qp` arrived with the IP header `network`: if it was marked CE, count it, and
-/// send the peer a CNP unless one went within `np_min_time_between_cnps`.
-pub fn on_arrival(qp: &mut Qp, ctx: &mut Ctx<'_>, network: &NetworkRepr) {
-    if !is_ce(network) {
+/// A packet for `qp` arrived as `frame`: if it was marked CE, count it, and send the sending QP
+/// a CNP unless one went to it within `np_min_time_between_cnps`. A connected QP's sender is its
+/// peer; a UD QP's is the packet's source — the QP its DETH names, at the addresses the packet
+/// came from (IBTA Annex A17: a CNP's destination QP is the QP whose packet was marked).
+pub fn on_arrival(qp: &mut Qp, ctx: &mut Ctx<'_>, frame: &FrameRepr) {
+    if !is_ce(&frame.network) {
         return;
     }
     counters::bump(&ctx.counters.ecn_ce_received);
     let Some(cc) = qp.congestion.as_deref_mut() else {
         return;
     };
-    let Some(path) = qp.path else {
-        return;
+    let repr = if qp.qp_type == QpType::Ud {
+        let (Some(deth), Some(path)) = (frame.ext.deth, np::reply_path(frame)) else {
+            return;
+        };
+        let Some((source, _)) = crate::transport::ip_addresses(&frame.network) else {
+            return;
+        };
+        if !cc.np.on_ce_from(ctx.now, &cc.params, (source, deth.src_qp)) {
+            return;
+        }
+        np::cnp(&path, deth.src_qp, frame.bth.p_key, &cc.params)
+    } else {
+        let Some(path) = qp.path else {
+            return;
+        };
+        if !cc.np.on_ce(ctx.now, &cc.params) {
+            return;
+        }
+        np::cnp(&path, qp.attrs.dest_qp_num, qp.p_key, &cc.params)
     };
-    if !cc.np.on_ce(ctx.now, &cc.params) {
-        return;
-    }
-    let repr = np::cnp(&path, qp.attrs.dest_qp_num, qp.p_key, &cc.params);
     let _ = ctx.out.send(&repr, &mut |payload| {
         payload.copy_from_slice(&np::CNP_PAYLOAD);
         Ok(())
@@ -81,7 +97,7 @@ pub fn on_arrival(qp: &mut Qp, ctx: &mut Ctx<'_>, network: &NetworkRepr) {
     counters::bump(&ctx.counters.cnps_sent);
     debug!(
         qpn = qp.qpn,
-        dest_qp = qp.attrs.dest_qp_num,
+        dest_qp = repr.bth.dest_qp,
         "packet marked CE: CNP sent"
     );
 }

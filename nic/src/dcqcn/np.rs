@@ -7,12 +7,19 @@
 //! destination, PSN 0, sixteen reserved zero bytes and the ICRC; IP DSCP `np_cnp_dscp` (CS6),
 //! ECT(0), don't-fragment, TTL of the path, UDP source port 0.
 
+use std::net::IpAddr;
 use std::time::Instant;
 
-use roce_wire::{bth, Extensions, FrameRepr, NetworkRepr, Opcode};
+use roce_wire::{bth, EthernetRepr, Extensions, FrameRepr, NetworkRepr, Opcode};
 
 use super::params::Params;
 use crate::transport::Path;
+
+/// A UD QP's senders whose last CNP it remembers; a newer one takes the oldest's place.
+pub const UD_SENDERS: usize = 64;
+
+/// Who sent a UD packet: its source IP address and QP.
+pub type UdSender = (IpAddr, u32);
 
 /// What follows a CNP's BTH: 16 reserved bytes.
 pub const CNP_PAYLOAD: [u8; 16] = [0; 16];
@@ -24,6 +31,8 @@ const ECT0: u8 = 2;
 #[derive(Debug, Clone, Default)]
 pub struct NotificationPoint {
     last_cnp: Option<Instant>,
+    /// A UD QP's: when each sender last got a CNP (a UD QP hears from many).
+    ud_senders: Vec<(UdSender, Instant)>,
 }
 
 impl NotificationPoint {
@@ -36,6 +45,66 @@ impl NotificationPoint {
         self.last_cnp = Some(now);
         true
     }
+
+    /// A UD packet from `sender` marked CE arrived at `now`: whether to send that sender a CNP
+    /// (at most one per interval per sender, as per connected QP).
+    pub fn on_ce_from(&mut self, now: Instant, params: &Params, sender: UdSender) -> bool {
+        let gap = Params::us(params.np_min_time_between_cnps);
+        if let Some((_, last)) = self.ud_senders.iter_mut().find(|(s, _)| *s == sender) {
+            if now < *last + gap {
+                return false;
+            }
+            *last = now;
+            return true;
+        }
+        if self.ud_senders.len() == UD_SENDERS {
+            let oldest = (0..self.ud_senders.len())
+                .min_by_key(|&i| self.ud_senders[i].1)
+                .unwrap_or(0);
+            self.ud_senders.swap_remove(oldest);
+        }
+        self.ud_senders.push((sender, now));
+        true
+    }
+}
+
+/// The way back to whoever sent `frame`: its addresses swapped, hop limit 64. `None` for a
+/// frame without an Ethernet header or IP addresses (RoCEv1).
+pub fn reply_path(frame: &FrameRepr) -> Option<Path> {
+    let ethernet = frame.ethernet?;
+    let network = match frame.network {
+        NetworkRepr::Ipv4 { src, dst, .. } => NetworkRepr::Ipv4 {
+            src: dst,
+            dst: src,
+            dscp: 0,
+            ecn: 0,
+            ident: 0,
+            ttl: 64,
+            udp_src_port: 0,
+        },
+        NetworkRepr::Ipv6 {
+            src,
+            dst,
+            flow_label,
+            ..
+        } => NetworkRepr::Ipv6 {
+            src: dst,
+            dst: src,
+            traffic_class: 0,
+            flow_label,
+            hop_limit: 64,
+            udp_src_port: 0,
+        },
+        NetworkRepr::Grh { .. } => return None,
+    };
+    Some(Path {
+        ethernet: EthernetRepr {
+            src: ethernet.dst,
+            dst: ethernet.src,
+            ..ethernet
+        },
+        network,
+    })
 }
 
 /// The CNP that tells QP `dest_qp` at the other end of `path` that its packets were marked.
@@ -151,5 +220,56 @@ mod tests {
             .filter(|n| np.on_ce(t0 + Duration::from_micros(*n), &p))
             .count();
         assert_eq!(sent, 1000 / p.np_min_time_between_cnps as usize);
+    }
+
+    #[test]
+    fn a_ud_qp_limits_cnps_per_sender_and_forgets_the_oldest() {
+        let t0 = Instant::now();
+        let p = Params::default();
+        let gap = Duration::from_micros(u64::from(p.np_min_time_between_cnps));
+        let a: UdSender = ("10.0.0.1".parse().unwrap(), 0x11);
+        let b: UdSender = ("10.0.0.1".parse().unwrap(), 0x12);
+        let mut np = NotificationPoint::default();
+        assert!(np.on_ce_from(t0, &p, a));
+        // Another QP at the same address is another sender.
+        assert!(np.on_ce_from(t0, &p, b));
+        assert!(!np.on_ce_from(t0 + gap / 2, &p, a));
+        assert!(np.on_ce_from(t0 + gap, &p, a));
+        // A full table makes room by forgetting the sender heard from longest ago (b).
+        for n in 0..UD_SENDERS as u32 - 2 {
+            assert!(np.on_ce_from(t0 + gap, &p, (a.0, 0x100 + n)));
+        }
+        assert!(np.on_ce_from(t0 + gap, &p, (a.0, 0x999)));
+        assert_eq!(np.ud_senders.len(), UD_SENDERS);
+        assert!(np.ud_senders.iter().all(|(s, _)| *s != b));
+        assert!(!np.on_ce_from(t0 + gap, &p, a), "a was kept");
+    }
+
+    #[test]
+    fn the_reply_path_goes_back_to_the_sender() {
+        let there = Path::new(
+            EthernetAddress([2, 0, 0, 0, 0, 1]),
+            "10.0.0.1".parse().unwrap(),
+            EthernetAddress([2, 0, 0, 0, 0, 2]),
+            "10.0.0.2".parse().unwrap(),
+            0xc000,
+            &crate::types::AddressVector::to(
+                crate::types::Gid::from_ip("10.0.0.2".parse().unwrap()),
+                1,
+            ),
+        )
+        .unwrap();
+        let opcode = Opcode::new(roce_wire::Transport::Ud, roce_wire::Kind::SendOnly).unwrap();
+        let frame = there.frame(
+            bth::Repr::new(opcode, 0x22, 7),
+            Extensions::for_opcode(opcode),
+            8,
+        );
+        let back = reply_path(&frame).unwrap();
+        assert_eq!(back.ethernet.src, there.ethernet.dst);
+        assert_eq!(back.ethernet.dst, there.ethernet.src);
+        assert!(back.is_reverse_of(&there.network));
+        let cnp = cnp(&back, 0x11, 0xffff, &Params::default());
+        assert_eq!((cnp.bth.opcode, cnp.bth.dest_qp), (Opcode::CNP, 0x11));
     }
 }

@@ -437,14 +437,12 @@ impl Engine {
         qp.rto_low = self.rto_low;
         let with_srq = srq.is_some();
         qp.srq = srq;
-        if qp_type != QpType::Ud {
-            qp.congestion = self.dcqcn.map(|p| {
-                Box::new(crate::dcqcn::QpCongestion::new(
-                    p,
-                    std::time::Instant::now(),
-                ))
-            });
-        }
+        qp.congestion = self.dcqcn.map(|p| {
+            Box::new(crate::dcqcn::QpCongestion::new(
+                p,
+                std::time::Instant::now(),
+            ))
+        });
         qp.p_key = self.port.pkeys.get(0).unwrap_or(pkey::DEFAULT);
         if qp_type == QpType::Ud {
             qp.attrs.path_mtu = self.port.max_mtu;

@@ -146,7 +146,7 @@ impl Engine {
             qp.fetch_receives();
         }
         let ack_due = io.drive(qp, now, |qp, ctx| {
-            crate::dcqcn::on_arrival(qp, ctx, &frame.repr.network);
+            crate::dcqcn::on_arrival(qp, ctx, &frame.repr);
             transport::on_packet(qp, ctx, &frame)
         });
         if ack_due && !self.acks_due.contains(&qpn) {

@@ -65,9 +65,10 @@ fn on_ack(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32) {
     if !retire_through(qp, ctx, p) {
         return;
     }
-    // A READ or atomic the responder has executed but whose answer we lack: the answer was lost.
+    // A READ or atomic the responder has executed but whose answer we lack: the answer was lost
+    // (unless it is already being asked for again).
     if let Some(missing) = head_read_expected(qp) {
-        if !psn::before(p, missing) {
+        if !psn::before(p, missing) && qp.send.recovering != Some(missing) {
             go_back(qp, ctx, missing, GoBackReason::AnswerLost);
         }
     }
@@ -364,11 +365,18 @@ fn on_low_timer(qp: &mut Qp, ctx: &mut Ctx<'_>) {
     requester::arm_low_timer(qp, ctx.now, true, false);
 }
 
-/// A retransmission timeout's go-back: from the oldest unacknowledged packet, the window at
-/// its minimum, no probe after it (it asks for an answer itself).
+/// A retransmission timeout's go-back: from the oldest unacknowledged packet, no probe after
+/// it (it asks for an answer itself). The configured timer (nothing came back for a whole
+/// Local ACK Timeout) brings the window to its minimum; the low timer cuts it as a loss does:
+/// its expiry means a lost resend, NAK or answer more often than a congested path, and IRN,
+/// whose timer it is, does not shrink what it sends on it at all.
 fn timeout_go_back(qp: &mut Qp, ctx: &mut Ctx<'_>, low: bool) {
     let from = qp.send.una;
-    qp.send.window.on_timeout(qp.send.high);
+    if low {
+        qp.send.window.on_loss(from, qp.send.high);
+    } else {
+        qp.send.window.on_timeout(qp.send.high);
+    }
     let head = qp.sq.entry(qp.sq.head);
     ctx.event(Event::RetransmitTimeout(Timeout {
         qpn: qp.qpn,

@@ -145,6 +145,53 @@ fn read_responses_imply_acks_and_naks() {
     assert_eq!(memory(&b, 4096, 3 * MTU), data);
 }
 
+/// IBTA 9.7.5.2 (requester): an acknowledgement past an atomic whose answer never came says the
+/// answer was lost, and the requester sends the atomic again — once: a second such
+/// acknowledgement while the resent atomic is on its way sends nothing more, as a second
+/// out-of-order READ response does not.
+#[test]
+fn a_lost_atomic_answer_is_asked_for_once_per_go_back() {
+    let mut b = Bench::new(setup());
+    let add = SendOp::AtomicFetchAndAdd {
+        remote_addr: 0x5000,
+        rkey: 0x77,
+        add: 1,
+    };
+    post(&mut b, 1, add, 0, 8);
+    write(&mut b, 2, 10);
+    assert_eq!(
+        kinds(&b.sent()),
+        [(Kind::FetchAdd, PSN), (Kind::WriteOnly, PSN + 1)]
+    );
+    b.ack(PSN + 1, Syndrome::ack());
+    assert_eq!(
+        kinds(&b.sent()),
+        [(Kind::FetchAdd, PSN), (Kind::WriteOnly, PSN + 1)]
+    );
+    b.ack(PSN + 1, Syndrome::ack());
+    assert_eq!(
+        kinds(&b.sent()),
+        [],
+        "the resent atomic is still on its way"
+    );
+    assert_eq!(b.count(EventKind::GoBack), 1);
+    let answer = Extensions {
+        aeth: Some(roce_wire::aeth::Repr {
+            syndrome: Syndrome::ack(),
+            msn: 0,
+        }),
+        atomic_ack_eth: Some(roce_wire::atomic_ack_eth::Repr { original: 41 }),
+        ..Extensions::default()
+    };
+    b.deliver(Kind::AtomicAcknowledge, PSN, answer, &[]);
+    b.ack(PSN + 1, Syndrome::ack());
+    assert_eq!(
+        statuses(&mut b),
+        [(1, WcStatus::Success), (2, WcStatus::Success)]
+    );
+    assert_eq!(memory(&b, 0, 8), 41u64.to_ne_bytes());
+}
+
 /// IBTA 9.7.5.2 (requester): a PSN sequence error NAK for a packet in the middle of a message
 /// acknowledges what came before it; the requester resends from the named packet, not from
 /// the start of the message (go-back-N to that PSN). rxe: comp.c `do_complete`/`rxe_requester`

@@ -190,3 +190,35 @@ fn under_loss_the_low_timer_shortens_recovery() {
         "low timer {on} ns, configured alone {off} ns (summed over the seeds)"
     );
 }
+
+/// A low-timer expiry cuts the loss window as a loss does (it means a lost resend, NAK or
+/// answer more often than a congested path); the configured timer's expiry — nothing back for
+/// a whole Local ACK Timeout — brings it to its minimum.
+#[test]
+fn a_low_timeout_cuts_the_window_as_a_loss_and_the_configured_one_to_its_minimum() {
+    use roce_nic::transport::window;
+    let cut = (f64::from(window::MAX) * window::DECREASE) as u32;
+    for rto_low in [true, false] {
+        let mut b = bench(rto_low);
+        learn_rtt(&mut b, Duration::from_micros(20));
+        write(&mut b, 2);
+        assert_eq!(b.node.qp.send.window.packets(), window::MAX);
+        let waited = if rto_low {
+            RTO_LOW_FLOOR + Duration::from_micros(5)
+        } else {
+            // The probe at a quarter of the 67 ms timeout, then the timer 67 ms after it.
+            Duration::from_millis(100)
+        };
+        b.wait(waited);
+        assert!(
+            b.count(EventKind::RetransmitTimeout) >= 1,
+            "rto_low {rto_low}"
+        );
+        let expected = if rto_low { cut } else { window::MIN };
+        assert_eq!(
+            b.node.qp.send.window.packets(),
+            expected,
+            "rto_low {rto_low}"
+        );
+    }
+}

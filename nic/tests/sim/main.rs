@@ -11,12 +11,15 @@
 //! - `throughput` (ignored: a measurement): a million messages under faults, with the rate.
 //! - [`conformance`]: scripted peers, one IBTA rule (or rxe behaviour) each.
 //! - [`low_timer`]: IRN's two-level retransmission timer, scripted and in random runs.
+//! - [`goodput`]: `roce bench`'s goodput run on a wire with a line rate, fault-free and under
+//!   loss, as a ratio the loss window's tests pin.
 //!
 //! The simulator is test code, outside the product crate: it drives the transport only
 //! through the API the engine uses (fetch, `transport::{on_packet, poll, on_timers}`,
 //! settle), so what it proves holds for the engine's transport, and nothing of it ships.
 
 mod conformance;
+mod goodput;
 mod low_timer;
 mod peer;
 

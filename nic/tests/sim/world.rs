@@ -107,6 +107,38 @@ pub struct Wire {
     /// Buffers to reuse: the simulation allocates nothing per frame once warm.
     free: Vec<Box<[u8]>>,
     pub stats: WireStats,
+    /// A line rate, if the wire has one: then each direction sends one frame at a time.
+    pub line: Option<Line>,
+}
+
+/// A line rate: a frame occupies its direction for its length at this rate before its delay
+/// starts, and frames queue behind each other (as on a NIC's port). Without one, frames
+/// travel in zero time and any number at once.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Line {
+    pub bits_per_second: u64,
+    /// When each direction (to node 0, to node 1) is free again.
+    pub free_at: [Nanos; 2],
+    /// How long each direction has been busy sending.
+    pub busy: [Nanos; 2],
+}
+
+impl Line {
+    pub fn new(bits_per_second: u64) -> Line {
+        Line {
+            bits_per_second,
+            ..Line::default()
+        }
+    }
+
+    /// Sends `len` bytes towards `to` at `now`: when their last bit is on the line.
+    fn send(&mut self, now: Nanos, to: usize, len: usize) -> Nanos {
+        let start = now.max(self.free_at[to]);
+        let took = (len as u64 * 8 * 1_000_000_000).div_ceil(self.bits_per_second);
+        self.free_at[to] = start + took;
+        self.busy[to] += took;
+        self.free_at[to]
+    }
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -127,6 +159,7 @@ impl Wire {
             seq: 0,
             free: Vec::new(),
             stats: WireStats::default(),
+            line: None,
         }
     }
 
@@ -139,6 +172,11 @@ impl Wire {
     /// Puts a frame on the wire towards node `to` at time `now`.
     fn carry(&mut self, now: Nanos, to: usize, mut frame: Box<[u8]>, len: usize) {
         self.stats.frames += 1;
+        // A frame lost on the way took its time on the sender's line all the same.
+        let now = match &mut self.line {
+            Some(line) => line.send(now, to, len),
+            None => now,
+        };
         let f = self.faults;
         if f.loss > 0.0 && self.rng.random_bool(f.loss) {
             self.stats.lost += 1;

@@ -144,3 +144,101 @@ fn without_dcqcn_nothing_is_ect_so_nothing_is_marked_and_no_cnp_goes() {
     assert_eq!(b.ecn_ce_received, 0, "{b:?}");
     assert_eq!((b.cnps_sent, a.cnps_received, a.dcqcn_rate_cuts), (0, 0, 0));
 }
+
+/// UD: a's datagrams are marked on the way to b; b's notification point answers the QP that
+/// sent them — the DETH's source QP, at the address they came from — and a's UD QP cuts its
+/// rate and paces its sends, as a connected QP does.
+#[test]
+fn marked_datagrams_bring_cnps_to_the_sending_ud_qp_which_paces() {
+    let (la, lb) = mem::pair();
+    let configure = |config: &mut roce_nic::DeviceConfig| {
+        let mut params = Params::default().with_line_rate(1_000_000_000);
+        params.set("rp_min_rate=200").unwrap();
+        params.set("rp_time_reset=10000000").unwrap();
+        params.set("rp_byte_reset=4294967295").unwrap();
+        config.dcqcn = Some(params);
+    };
+    let p = pair_over(
+        Marking { inner: la },
+        lb,
+        QpType::Ud,
+        Mtu::M1024,
+        1 << 21,
+        configure,
+        |_| {},
+    )
+    .unwrap();
+    let qkey = 0x2222;
+    for host in [&p.a, &p.b] {
+        host.qp.modify(&QpAttr::init_ud(qkey)).unwrap();
+        host.qp
+            .modify(&QpAttr {
+                qp_state: Some(QpState::Rtr),
+                ..QpAttr::default()
+            })
+            .unwrap();
+    }
+    p.a.qp
+        .modify(&QpAttr {
+            qp_state: Some(QpState::Rts),
+            sq_psn: Some(0),
+            ..QpAttr::default()
+        })
+        .unwrap();
+    const DATAGRAMS: u64 = 400;
+    const SIZE: u32 = 1024;
+    // Room for every datagram and its 40-byte GRH.
+    for n in 0..DATAGRAMS {
+        p.b.qp
+            .post_recv(&[RecvWr {
+                wr_id: n,
+                sg_list: &[p.b.mr.sge(n * 1088, SIZE + 40)],
+            }])
+            .unwrap();
+    }
+    p.a.write(0, &pattern(SIZE as usize, 9));
+    let ah =
+        p.a.pd
+            .create_ah(AddressVector::to(Gid::from_ip(ip(2)), 1))
+            .unwrap();
+    for n in 0..DATAGRAMS {
+        p.a.qp
+            .post_send(&[SendWr {
+                wr_id: n,
+                op: SendOp::Send,
+                sg_list: &[p.a.mr.sge(0, SIZE)],
+                flags: SendFlags::SIGNALED,
+                ud: Some(UdDest {
+                    ah: ah.handle(),
+                    remote_qpn: p.b.qp.qp_num(),
+                    remote_qkey: qkey,
+                }),
+            }])
+            .unwrap();
+        let wc = p.a.completion();
+        assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+    }
+    // Every datagram arrived intact (the mark is outside the ICRC).
+    for n in 0..DATAGRAMS {
+        let wc = p.b.completion();
+        assert_eq!((wc.status, wc.byte_len), (WcStatus::Success, SIZE + 40));
+        assert_eq!(
+            p.b.read(wc.wr_id as usize * 1088 + 40, SIZE as usize),
+            pattern(SIZE as usize, 9),
+            "datagram {n}"
+        );
+    }
+    let (a, b) = (p.dev_a.counters(), p.dev_b.counters());
+    // b saw the marks and sent CNPs, at most one per marked packet…
+    assert!(b.ecn_ce_received > 0, "{b:?}");
+    assert!(b.cnps_sent > 0 && b.cnps_sent <= b.ecn_ce_received, "{b:?}");
+    // …addressed to a's UD QP: a's reaction point took every one (a CNP for another QP
+    // number would count as ignored), cut the rate and held sends back.
+    assert_eq!(a.cnps_ignored, 0, "{a:?}");
+    assert!(
+        a.cnps_received > 0 && a.cnps_received <= b.cnps_sent,
+        "{a:?}"
+    );
+    assert!(a.dcqcn_rate_cuts > 0 && a.dcqcn_throttled > 0, "{a:?}");
+    assert_eq!(a.cnps_sent, 0, "nothing b sent was marked: {a:?}");
+}
