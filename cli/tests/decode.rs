@@ -475,3 +475,61 @@ fn a_live_capture_on_standard_input_shows_each_packet_as_it_arrives() {
     assert!(child.wait().expect("roce ends").success());
     reader.join().expect("the reader");
 }
+
+/// A capture of `packets` of the bundled frames, written straight to a file.
+fn big_capture(dir: &Path, packets: usize) -> PathBuf {
+    let path = dir.join(format!("{packets}.pcap"));
+    let file = std::fs::File::create(&path).expect("creating the capture");
+    let mut writer = Writer::new(std::io::BufWriter::new(file)).expect("a pcap header");
+    for (i, frame) in bundled::endless_frames().take(packets).enumerate() {
+        writer
+            .write(bundled::time(i), &frame)
+            .expect("writing the capture");
+    }
+    std::io::Write::flush(&mut writer.into_inner()).expect("flushing the capture");
+    path
+}
+
+/// Runs `roce decode --json FILE` with its output discarded; returns its peak resident memory
+/// in KiB, which only `wait4` reports for a child.
+// The child is waited for with wait4; `Child::wait` would not give its resource usage.
+#[allow(clippy::zombie_processes)]
+fn peak_memory_kib(file: &Path) -> u64 {
+    let child = Command::new(env!("CARGO_BIN_EXE_roce"))
+        .args(["decode", "--json"])
+        .arg(file)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("running roce");
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: zeroed memory is a valid `rusage` (integers only).
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `pid` is our child, not yet waited for (the `Child` is never waited on), and the
+    // pointers are to live locals of the right types.
+    let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(waited, pid, "waiting for the decoder");
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+    usage.ru_maxrss as u64
+}
+
+/// Decoding holds a fixed number of batches, so a capture ten times larger — here about 420 MB
+/// against 42 MB — takes no more memory. Ignored as it writes half a gigabyte of captures:
+/// `cargo test -p roce-cli --test decode -- --ignored peak_memory`.
+#[test]
+#[ignore = "writes 460 MB of captures to the temporary directory"]
+fn peak_memory_is_flat_in_the_capture_size() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let small = big_capture(dir.path(), 400_000);
+    let big = big_capture(dir.path(), 4_000_000);
+    let big_bytes = std::fs::metadata(&big).expect("the capture").len();
+    assert!(big_bytes > 300_000_000, "{big_bytes} bytes");
+    let (small_kib, big_kib) = (peak_memory_kib(&small), peak_memory_kib(&big));
+    eprintln!("peak memory: {small_kib} KiB for 400,000 packets, {big_kib} KiB for 4,000,000 ({big_bytes} bytes)");
+    // A little slack for the allocator; growth with the capture would be hundreds of MiB.
+    assert!(
+        big_kib <= small_kib + small_kib / 5 + 4096,
+        "{small_kib} KiB for 400,000 packets but {big_kib} KiB for 4,000,000"
+    );
+}

@@ -380,3 +380,151 @@ fn write_in_order<W: Write>(
     }
     (tally, error)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::Instant;
+
+    /// Bytes of each generated record's frame: large, so that batches end on their size.
+    const FRAME: usize = 4000;
+    /// A pcap record: its 16-byte header and the frame.
+    const RECORD: u64 = 16 + FRAME as u64;
+
+    /// A pcap stream of `records` records made as it is read, counting the bytes handed out.
+    struct Endless {
+        records: u64,
+        made: u64,
+        pending: Vec<u8>,
+        at: usize,
+        handed_out: Arc<AtomicU64>,
+    }
+
+    impl io::Read for Endless {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            if self.at == self.pending.len() {
+                if self.made == self.records {
+                    return Ok(0);
+                }
+                self.pending.clear();
+                self.at = 0;
+                if self.made == 0 {
+                    // Little-endian pcap, microseconds, snaplen 65535, Ethernet.
+                    self.pending
+                        .extend_from_slice(&[0xd4, 0xc3, 0xb2, 0xa1, 2, 0, 4, 0]);
+                    self.pending.extend_from_slice(&[0; 8]);
+                    self.pending.extend_from_slice(&65535u32.to_le_bytes());
+                    self.pending.extend_from_slice(&1u32.to_le_bytes());
+                }
+                self.made += 1;
+                self.pending
+                    .extend_from_slice(&(self.made as u32).to_le_bytes());
+                self.pending.extend_from_slice(&0u32.to_le_bytes());
+                self.pending
+                    .extend_from_slice(&(FRAME as u32).to_le_bytes());
+                self.pending
+                    .extend_from_slice(&(FRAME as u32).to_le_bytes());
+                self.pending.resize(self.pending.len() + FRAME, 0);
+            }
+            let n = buf.len().min(self.pending.len() - self.at);
+            buf[..n].copy_from_slice(&self.pending[self.at..self.at + n]);
+            self.at += n;
+            self.handed_out.fetch_add(n as u64, Ordering::Relaxed);
+            Ok(n)
+        }
+    }
+
+    /// Checks, at every write, that the reader is no further ahead of the output than the
+    /// batches in flight and the capture reader's own buffer allow, and that the records come out
+    /// numbered 1, 2, 3, ... The first write waits until the reader has had time to run ahead.
+    struct Checked {
+        handed_out: Arc<AtomicU64>,
+        written: u64,
+        bound: u64,
+        /// How many records the whole run must write.
+        expected: u64,
+    }
+
+    impl Checked {
+        fn check(&mut self) {
+            let ahead = self
+                .handed_out
+                .load(Ordering::Relaxed)
+                .saturating_sub(self.written * RECORD);
+            assert!(
+                ahead <= self.bound,
+                "the reader ran {ahead} bytes ahead of the output (bound {})",
+                self.bound
+            );
+        }
+    }
+
+    impl Write for Checked {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            if self.written == 0 {
+                // Hold the output back: an unbounded reader would now read on and on.
+                let deadline = Instant::now() + Duration::from_secs(2);
+                while Instant::now() < deadline {
+                    self.check();
+                    thread::sleep(Duration::from_millis(10));
+                }
+            }
+            for line in std::str::from_utf8(buf).expect("text").lines() {
+                self.written += 1;
+                assert_eq!(line, self.written.to_string(), "out of order");
+            }
+            self.check();
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            // The writer flushes once, at the end.
+            assert_eq!(self.written, self.expected, "records lost");
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_reader_stays_a_bounded_distance_ahead_of_the_output_which_keeps_capture_order() {
+        // 400 MB of capture, far more than the bound.
+        let records = 100_000;
+        let workers = 3;
+        let handed_out = Arc::new(AtomicU64::new(0));
+        let endless = Endless {
+            records,
+            made: 0,
+            pending: Vec::new(),
+            at: 0,
+            handed_out: handed_out.clone(),
+        };
+        let input = Input {
+            reader: Reader::new(endless).expect("a pcap header"),
+            name: Arc::from("generated"),
+            before_wait: None,
+        };
+        // pcap-file reads ahead up to 8 MB; each batch in flight holds up to BATCH_BYTES and
+        // one record more.
+        let in_flight = 2 * workers as u64 + 3;
+        let bound = 8_000_000 + in_flight * (BATCH_BYTES as u64 + RECORD) + RECORD;
+        let out = Checked {
+            handed_out,
+            written: 0,
+            bound,
+            expected: records,
+        };
+        let outcome = run(
+            vec![input],
+            false,
+            workers,
+            |batch: &mut Batch| {
+                batch.render_each(|record, out, _| {
+                    out.extend_from_slice(format!("{}\n", record.number).as_bytes())
+                })
+            },
+            out,
+        );
+        assert!(outcome.output.is_none() && outcome.damaged.is_empty());
+        assert!(bound < records * RECORD / 10);
+    }
+}

@@ -445,12 +445,14 @@ impl Checker {
                     streams[side].request(
                         &mut out,
                         mtu,
-                        number,
-                        time,
-                        bth.opcode,
-                        bth.psn,
-                        payload,
-                        ext.reth.map(|r| r.dma_len),
+                        stream::Request {
+                            frame: number,
+                            time,
+                            opcode: bth.opcode,
+                            psn: bth.psn,
+                            payload,
+                            dma_len: ext.reth.map(|r| r.dma_len),
+                        },
                     );
                 }
             }

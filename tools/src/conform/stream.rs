@@ -13,6 +13,20 @@ use roce_wire::{Kind, Opcode, Position};
 use super::catalog::Rule;
 use super::{Finding, Missing, Mtu, Sink};
 
+/// A request packet as a stream sees it: where it is in the capture and what its headers say.
+#[derive(Debug, Clone, Copy)]
+pub struct Request {
+    /// Its frame number in the capture.
+    pub frame: u64,
+    pub time: Duration,
+    pub opcode: Opcode,
+    pub psn: u32,
+    /// Payload bytes it carries.
+    pub payload: u32,
+    /// The RETH's DMA length, when it has a RETH.
+    pub dma_len: Option<u32>,
+}
+
 /// PSNs remembered per direction: more than any sender keeps unacknowledged (rxe 128 packets,
 /// ours 64, a few READs of 64 KiB at MTU 256), so every answer finds what it answers.
 const SLOTS: usize = 2048;
@@ -222,18 +236,15 @@ impl Stream {
     }
 
     /// A request packet.
-    #[allow(clippy::too_many_arguments)]
-    pub fn request(
-        &mut self,
-        out: &mut Sink<'_>,
-        mtu: &mut Mtu,
-        frame: u64,
-        time: Duration,
-        opcode: Opcode,
-        p: u32,
-        payload: u32,
-        dma_len: Option<u32>,
-    ) {
+    pub fn request(&mut self, out: &mut Sink<'_>, mtu: &mut Mtu, request: Request) {
+        let Request {
+            frame,
+            time,
+            opcode,
+            psn: p,
+            payload,
+            dma_len,
+        } = request;
         self.counts.packets += 1;
         self.counts.bytes += u64::from(payload);
         if !self.started {
@@ -264,7 +275,7 @@ impl Stream {
             .slot(p)
             .and_then(|s| s.read_first.filter(|&f| f != p).map(|f| (f, s.frame)));
         if d >= 0 {
-            self.fresh(out, mtu, frame, time, opcode, p, payload, dma_len);
+            self.fresh(out, mtu, request);
         } else if let (Some((first, read_frame)), false) = (reserved, kind == Kind::ReadRequest) {
             // Not a resend: a new request on a PSN a READ reserved for its answer.
             let span = self.read_span(first);
@@ -278,13 +289,13 @@ impl Stream {
                 format!("{} at PSN {p:#08x}", opcode.name()),
             ));
         } else if self.slot(p).is_some() {
-            self.resend(out, mtu, frame, time, opcode, p, payload, dma_len);
+            self.resend(out, mtu, request);
         } else if let Some(resent_since) = self.fill_hole(p, 1) {
             // Sent again after a NAK (or in the go-back that followed) for a packet the
             // capture never saw; else a late packet, which the network reordered.
             let slot = Slot {
                 epoch: u32::MAX,
-                ..self.new_slot(frame, time, opcode, p, payload, dma_len)
+                ..self.new_slot(request)
             };
             let span = match (kind, mtu.bytes()) {
                 (Kind::ReadRequest, Some(m)) => rules::packets(u64::from(slot.len), m),
@@ -516,15 +527,15 @@ impl Stream {
         });
     }
 
-    fn new_slot(
-        &self,
-        frame: u64,
-        time: Duration,
-        opcode: Opcode,
-        p: u32,
-        payload: u32,
-        dma_len: Option<u32>,
-    ) -> Slot {
+    fn new_slot(&self, request: Request) -> Slot {
+        let Request {
+            frame,
+            time,
+            opcode,
+            psn: p,
+            payload,
+            dma_len,
+        } = request;
         let kind = opcode.kind();
         let read = kind == Kind::ReadRequest;
         Slot {
@@ -547,23 +558,18 @@ impl Stream {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn fresh(
-        &mut self,
-        out: &mut Sink<'_>,
-        mtu: &mut Mtu,
-        frame: u64,
-        time: Duration,
-        opcode: Opcode,
-        p: u32,
-        payload: u32,
-        dma_len: Option<u32>,
-    ) {
+    fn fresh(&mut self, out: &mut Sink<'_>, mtu: &mut Mtu, request: Request) {
+        let Request {
+            frame,
+            opcode,
+            psn: p,
+            ..
+        } = request;
         if self.burst_next.is_some_and(|next| psn::diff(p, next) >= 0) {
             // The go-back has caught up with the new requests.
             self.burst_next = None;
         }
-        let slot = self.new_slot(frame, time, opcode, p, payload, dma_len);
+        let slot = self.new_slot(request);
         self.put(p, slot);
         self.high = psn::add(p, 1);
         if slot.ends {
@@ -676,18 +682,15 @@ impl Stream {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn resend(
-        &mut self,
-        out: &mut Sink<'_>,
-        mtu: &mut Mtu,
-        frame: u64,
-        time: Duration,
-        opcode: Opcode,
-        p: u32,
-        payload: u32,
-        dma_len: Option<u32>,
-    ) {
+    fn resend(&mut self, out: &mut Sink<'_>, mtu: &mut Mtu, request: Request) {
+        let Request {
+            frame,
+            time,
+            opcode,
+            psn: p,
+            payload,
+            dma_len,
+        } = request;
         self.counts.retransmitted += 1;
         self.note_resend(p, frame);
         let Some(original) = self.slot(p).copied() else {

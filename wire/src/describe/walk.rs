@@ -306,13 +306,11 @@ fn rate(code: u8) -> &'static str {
     }
 }
 
-/// The first `N` bytes of `raw` (which the tables make exactly `N` long).
+/// `raw` as an array (the tables make it exactly `N` long; zeros if not): a fixed-size load,
+/// where copying a slice of run-time length would be a call to memcpy per address.
+#[inline(always)]
 fn array<const N: usize>(raw: &[u8]) -> [u8; N] {
-    let mut out = [0; N];
-    for (o, r) in out.iter_mut().zip(raw) {
-        *o = *r;
-    }
-    out
+    raw.try_into().unwrap_or([0; N])
 }
 
 /// The words for a value of `n` that means `meaning`.
