@@ -201,8 +201,12 @@ pub fn write_latency(
         };
         let t = Instant::now();
         p.qp.post_send(&[wr])?;
+        // Polled with a yield each round, not a bare spin: two cores run three threads here
+        // (this one and two NIC engines). After a throughput run that slept on its CQ, the
+        // scheduler favours this thread, and a bare spin kept an engine waiting on its core for
+        // a whole tick (4 ms) per message in one run of six.
         while p.cq.poll(&mut wcs) == 0 {
-            std::hint::spin_loop();
+            std::thread::yield_now();
         }
         times.push(t.elapsed());
         if wcs[0].status != WcStatus::Success {
