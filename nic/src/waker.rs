@@ -198,13 +198,30 @@ impl Waker {
             events: i.events,
             revents: 0,
         }));
-        let ms = timeout.map_or(-1, |t| {
-            // Round up so a timer never fires early; cap to keep the engine responsive.
-            let ms = t.as_micros().div_ceil(1000);
-            ms.min(1000) as libc::c_int
+        // ppoll, not poll: poll's timeout is in milliseconds, and rounded up it turned every
+        // sub-millisecond timer (the low retransmission timer's 100 µs, a probe after a few
+        // round trips) into a millisecond or more of idle line. Capped to keep the engine
+        // responsive.
+        let wait = timeout.map(|t| {
+            let t = t.min(Duration::from_secs(1));
+            libc::timespec {
+                tv_sec: t.as_secs() as libc::time_t,
+                tv_nsec: t.subsec_nanos() as libc::c_long,
+            }
         });
-        // SAFETY: `pollfds` is a valid array of pollfd.
-        unsafe { libc::poll(pollfds.as_mut_ptr(), pollfds.len() as libc::nfds_t, ms) };
+        let wait_ptr = wait
+            .as_ref()
+            .map_or(std::ptr::null(), |w| w as *const libc::timespec);
+        // SAFETY: `pollfds` is a valid array of pollfd; `wait_ptr` is NULL or a live timespec;
+        // no signal mask is changed (NULL).
+        unsafe {
+            libc::ppoll(
+                pollfds.as_mut_ptr(),
+                pollfds.len() as libc::nfds_t,
+                wait_ptr,
+                std::ptr::null(),
+            )
+        };
         for w in std::iter::once(self).chain(hosts.iter().map(|h| &**h)) {
             w.eventfd.drain();
         }
