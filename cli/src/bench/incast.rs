@@ -22,6 +22,7 @@ use roce_nic::counters::Snapshot;
 use roce_nic::host::SocketBackend;
 use roce_nic::link::paced::Rate;
 use roce_nic::verbs::*;
+use roce_switch::incast::jain;
 use serde_json::json;
 
 use crate::Failure;
@@ -404,16 +405,6 @@ fn drive(
         }
     }
     Ok((bins, start_unix))
-}
-
-/// Jain's fairness index: 1 for equal shares, 1/n when one flow has everything.
-pub fn jain(x: &[f64]) -> f64 {
-    let sum: f64 = x.iter().sum();
-    let squares: f64 = x.iter().map(|v| v * v).sum();
-    if squares == 0.0 {
-        return 1.0;
-    }
-    sum * sum / (x.len() as f64 * squares)
 }
 
 /// Each flow's goodput over bins `[from, to)`, bits/s.

@@ -51,6 +51,31 @@ const TX_BUDGET: usize = 32;
 /// How long an idle engine keeps polling before it sleeps: short enough to give the CPU back,
 /// long enough that back-to-back work never pays for a wake-up.
 const SPIN: Duration = Duration::from_micros(50);
+
+/// An engine thread's idle spell: after its last work it keeps polling, yielding the CPU each
+/// round, for [`SPIN`], then sleeps (every engine thread runs this loop).
+#[derive(Debug, Default)]
+struct Idle {
+    since: Option<Instant>,
+}
+
+impl Idle {
+    /// Work was done, or a sleep ended: the next spell starts afresh.
+    fn reset(&mut self) {
+        self.since = None;
+    }
+
+    /// Nothing to do this round: yields and says true while the spell is shorter than
+    /// [`SPIN`]; false when it is time to sleep.
+    fn keep_polling(&mut self) -> bool {
+        let now = Instant::now();
+        if now - *self.since.get_or_insert(now) < SPIN {
+            std::thread::yield_now();
+            return true;
+        }
+        false
+    }
+}
 /// Most engine threads a device runs (a bit each in a pass's wake-up mask).
 pub const MAX_THREADS: usize = 64;
 
@@ -254,16 +279,13 @@ impl Engine {
     /// Runs until the device shuts down.
     pub fn run(mut self) {
         info!(nic = %self.name, link = %self.tx.link().describe(), threads = self.threads, "engine started");
-        let mut idle_since: Option<Instant> = None;
+        let mut idle = Idle::default();
         while self.running {
             if self.pass() {
-                idle_since = None;
+                idle.reset();
                 continue;
             }
-            let now = Instant::now();
-            let since = *idle_since.get_or_insert(now);
-            if now - since < SPIN {
-                std::thread::yield_now();
+            if idle.keep_polling() {
                 continue;
             }
             // Announce the sleep, then look once more: work published before the announcement
@@ -271,7 +293,7 @@ impl Engine {
             self.waker.prepare_sleep();
             if self.pass() {
                 self.waker.awake();
-                idle_since = None;
+                idle.reset();
                 continue;
             }
             let timeout = self
@@ -285,7 +307,7 @@ impl Engine {
             self.ip_stack.interests(&mut interests);
             self.waker.sleep(&interests, timeout, &mut self.pollfds);
             self.interests = interests;
-            idle_since = None;
+            idle.reset();
         }
         self.shutdown();
     }

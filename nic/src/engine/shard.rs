@@ -27,7 +27,7 @@ use roce_wire::{Frame, Transport};
 use tracing::{debug, trace, trace_span};
 
 use super::qp_table::{ActiveQps, QpTable};
-use super::{work, EngineIo, FIRST_QPN, GSI_QPN, RX_BUDGET, SPIN};
+use super::{work, EngineIo, Idle, FIRST_QPN, GSI_QPN, RX_BUDGET};
 use crate::buf::{BufPool, FrameBuf};
 use crate::control::ClientId;
 use crate::counters::{self, Counters};
@@ -630,29 +630,26 @@ impl Worker {
     /// Runs until the device stops.
     pub fn run(mut self) {
         debug!(thread = self.k, "engine thread started");
-        let mut idle_since: Option<Instant> = None;
+        let mut idle = Idle::default();
         while !self.common.stopping.load(Ordering::SeqCst) {
             if self.pass() {
-                idle_since = None;
+                idle.reset();
                 continue;
             }
-            let now = Instant::now();
-            let since = *idle_since.get_or_insert(now);
-            if now - since < SPIN {
-                std::thread::yield_now();
+            if idle.keep_polling() {
                 continue;
             }
             self.waker.prepare_sleep();
             if self.common.stopping.load(Ordering::SeqCst) || self.pass() {
                 self.waker.awake();
-                idle_since = None;
+                idle.reset();
                 continue;
             }
             let timeout: Option<Duration> = self
                 .deadline
                 .map(|d| d.saturating_duration_since(Instant::now()));
             self.waker.sleep(&[], timeout, &mut self.pollfds);
-            idle_since = None;
+            idle.reset();
         }
         debug!(thread = self.k, "engine thread stopped");
     }
