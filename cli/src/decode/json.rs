@@ -33,12 +33,10 @@ pub fn packet(
     file: Option<&str>,
     description: &Description,
 ) {
-    start(line, every_field, record, file);
-    if let Some(plan) = plans.get(description, every_field) {
-        if plan.write(line, description) {
-            return;
-        }
+    if plans.write(line, every_field, record, file, description) {
+        return;
     }
+    start(line, every_field, record, file);
     let entries = Entries {
         line: &mut *line,
         opcode_named: false,

@@ -103,10 +103,11 @@ impl<'f, 'a> Walker<'f, 'a> {
             NetworkRepr::Ipv6 { .. } => 1,
             NetworkRepr::Grh { .. } => 2,
         };
-        let aeth_kind = match layout.ext_header(Headers::AETH, opcode.headers()) {
-            Some(aeth) => (*self.bytes.get(aeth.start)? >> 5) & 0x3,
-            None => 0,
-        };
+        // The kind, bits 6:5 of the syndrome byte (which the parsed syndrome keeps).
+        let aeth_kind = repr
+            .ext
+            .aeth
+            .map_or(0, |aeth| (aeth.syndrome.to_u8() >> 5) & 0x3);
         let has_ethernet = repr.ethernet.is_some();
         let flags = [
             has_ethernet,

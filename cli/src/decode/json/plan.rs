@@ -4,24 +4,27 @@
 //! branching on each row's shape are done once per layout, by walking the first such frame:
 //! what is left per packet is a list of steps, each a piece of fixed text (the keys between two
 //! values, already quoted, and whatever else the layout fixes: the opcode, its name, a string
-//! value's quotes) copied in fixed-size chunks, and one value read from a known offset.
+//! value's quotes) copied whole as one fixed-size block, and one value read from a known offset
+//! (or from the record: its number, time and lengths).
 //!
 //! Management datagrams have no layout key (their fields follow their contents); they, and any
 //! frame a plan could not be made for, are written by walking the tables.
 
 use std::io::Write;
 
+use roce_wire::capture::Record;
 use roce_wire::describe::{wire_order, Description, Field, LayoutKey, Source, Value};
 use roce_wire::{Ipv6Address, Layer};
 
 use super::{decimal_digits, digits_into, opcode_name_entry, HEX, PAIRS};
 
-/// The pieces fixed text is copied in: a copy of a size known when compiling is a couple of
-/// vector moves, where one of a length known only at run time is a call to memcpy.
-const CHUNK: usize = 16;
-/// Room past a line's end that a step may write into before the line is cut back: the last
-/// chunk of a piece of text, or a `false` written as eight bytes.
-const SLACK: usize = CHUNK + 8;
+/// The room for each step's fixed text: copied whole, a block of a size known when compiling is
+/// a few vector moves, where a copy of a length known only at run time is a call to memcpy.
+/// Longer text takes several steps.
+const TEXT: usize = 64;
+/// Room past a line's end that a step may write into before the line is cut back: the rest of
+/// a text block, or a `false` written as eight bytes.
+const SLACK: usize = TEXT + 8;
 /// Plans kept at once per thread; past that, the cache starts again (a capture of ever new
 /// layouts keeps its memory flat).
 const MAX_PLANS: usize = 1024;
@@ -49,6 +52,15 @@ enum Read {
     Icrc,
     IcrcExpected,
     IcrcStatus,
+    /// The record's own fields.
+    FrameNumber,
+    Epoch,
+    FrameLen,
+    CapLen,
+    /// The capture's name, escaped as JSON (the room for it is added per packet).
+    File,
+    /// No value: the text goes on in the next step.
+    Nothing,
 }
 
 impl Read {
@@ -64,8 +76,11 @@ impl Read {
             Read::Bytes { len, .. } => 3 * usize::from(len),
             // At most three pad bytes.
             Read::Pad => 9,
-            Read::EthPadding => 0,
+            Read::EthPadding | Read::File | Read::Nothing => 0,
             Read::IcrcStatus => 3,
+            Read::FrameNumber | Read::FrameLen | Read::CapLen => 20,
+            // Seconds, a point and nine digits.
+            Read::Epoch => 30,
         }
     }
 
@@ -91,44 +106,46 @@ impl Read {
                 | Read::PayloadLen
                 | Read::Icrc
                 | Read::IcrcExpected
+                | Read::FrameNumber
+                | Read::Epoch
+                | Read::FrameLen
+                | Read::CapLen
+                | Read::File
+                | Read::Nothing
         )
     }
 }
 
-/// Where a piece of fixed text lies in [`Plan::text`].
-#[derive(Debug, Clone, Copy)]
-struct Text {
-    start: u32,
-    len: u32,
-}
-
-/// The text before a value, and the value.
+/// The text before a value (its first `len` bytes), and the value.
 #[derive(Debug, Clone, Copy)]
 struct Step {
-    before: Text,
+    text: [u8; TEXT],
+    len: u8,
     read: Read,
 }
 
-/// The fields of one layout and view (essential or every field), compiled.
+/// The fields of one layout and view (essential or every field, with or without the file's
+/// name), compiled.
 #[derive(Debug)]
 pub struct Plan {
-    /// Every piece of fixed text, each followed by enough bytes that its last chunk can be
-    /// read whole.
-    text: Vec<u8>,
+    /// The last one's text ends the object and the line.
     steps: Vec<Step>,
-    /// After the last value: the object's close and the newline.
-    tail: Text,
     /// The frame must be at least this long for every read to fall within it (it always is,
     /// for a frame of the plan's layout; a frame that is not is walked instead).
     frame_len: usize,
-    /// The longest line the steps can write, but for the Ethernet padding's bytes.
+    /// The longest line the steps can write, but for the file's name and the Ethernet
+    /// padding.
     max_len: usize,
 }
 
 impl Plan {
     /// The plan for frames laid out as `description`'s, or `None` if its fields cannot be
     /// read by offsets alone.
-    fn compile<'a>(description: &Description<'_, 'a>, every_field: bool) -> Option<Plan> {
+    fn compile<'a>(
+        description: &Description<'_, 'a>,
+        every_field: bool,
+        with_file: bool,
+    ) -> Option<Plan> {
         let mut fields = Vec::with_capacity(64);
         let collect = |field: &Field<'a>| {
             fields.push(field.clone());
@@ -140,17 +157,29 @@ impl Plan {
         };
         let bth = description.frame().layout.bth.start;
         let mut plan = Plan {
-            text: Vec::new(),
-            steps: Vec::with_capacity(fields.len()),
-            tail: Text { start: 0, len: 0 },
+            steps: Vec::with_capacity(fields.len() + 8),
             frame_len: 0,
             max_len: SLACK,
         };
-        let mut pending = Vec::new();
+        // The record's own fields, as `super::start` writes them.
+        let mut text = Vec::new();
+        for (key, read) in [
+            (&b"{\"frame.number\":"[..], Some(Read::FrameNumber)),
+            (b",\"frame.time_epoch\":\"", Some(Read::Epoch)),
+            (b"\",\"frame.len\":", Some(Read::FrameLen)),
+            (b",\"frame.cap_len\":", every_field.then_some(Read::CapLen)),
+            (b",\"roce.file\":", with_file.then_some(Read::File)),
+        ] {
+            if let Some(read) = read {
+                text.extend_from_slice(key);
+                plan.push(&text, read);
+                text.clear();
+            }
+        }
         let mut opcode_named = false;
         for field in &fields {
             let (padded, len) = field.padded_json_entry();
-            pending.extend_from_slice(&padded[..len]);
+            text.extend_from_slice(&padded[..len]);
             if !opcode_named && field.layer == Layer::Bth {
                 // The BTH's first field is its opcode, which the layout fixes: its value and
                 // its name are text like the keys.
@@ -158,8 +187,8 @@ impl Plan {
                 let opcode_byte = bth..bth + 1;
                 match field.value {
                     Value::Uint(n, _) if field.bytes == opcode_byte && field.mask().is_none() => {
-                        pending.extend_from_slice(n.to_string().as_bytes());
-                        pending.extend_from_slice(opcode_name_entry(n as u8));
+                        text.extend_from_slice(n.to_string().as_bytes());
+                        text.extend_from_slice(opcode_name_entry(n as u8));
                     }
                     _ => return None,
                 }
@@ -167,37 +196,50 @@ impl Plan {
             }
             let read = read_of(field)?;
             if read.quoted() {
-                pending.push(b'"');
+                text.push(b'"');
             }
-            let before = plan.add_text(&pending);
-            plan.steps.push(Step { before, read });
+            plan.push(&text, read);
             plan.frame_len = plan.frame_len.max(read.frame_end());
-            plan.max_len += read.max_len();
-            pending.clear();
+            text.clear();
             if read.quoted() {
-                pending.push(b'"');
+                text.push(b'"');
             }
         }
-        pending.extend_from_slice(b"}\n");
-        plan.tail = plan.add_text(&pending);
+        text.extend_from_slice(b"}\n");
+        plan.push(&text, Read::Nothing);
         Some(plan)
     }
 
-    fn add_text(&mut self, text: &[u8]) -> Text {
-        let start = self.text.len();
-        self.text.extend_from_slice(text);
-        self.text.resize(start + text.len().next_multiple_of(CHUNK), b' ');
-        self.max_len += text.len();
-        Text {
-            start: start as u32,
-            len: text.len() as u32,
+    /// Adds steps that write `text` and then `read`'s value.
+    fn push(&mut self, text: &[u8], read: Read) {
+        let mut pieces = text.chunks(TEXT).peekable();
+        while let Some(piece) = pieces.next() {
+            let mut block = [b' '; TEXT];
+            block[..piece.len()].copy_from_slice(piece);
+            let last = pieces.peek().is_none();
+            self.steps.push(Step {
+                text: block,
+                len: piece.len() as u8,
+                read: if last { read } else { Read::Nothing },
+            });
         }
+        self.max_len += text.len() + read.max_len();
     }
 
-    /// Appends the fields of `description`'s frame (of this plan's layout) and the object's
-    /// close to `line`; `false` (and nothing appended) if the frame is shorter than the
-    /// layout's (which a parsed frame of this layout never is).
-    pub fn write(&self, line: &mut Vec<u8>, description: &Description) -> bool {
+    /// Appends the object of `record`, whose frame (of this plan's layout) `description`
+    /// describes, and its newline to `line`; `false` (and nothing appended) if the frame is
+    /// shorter than the layout's (which a parsed frame of this layout never is).
+    ///
+    /// The line is written into `scratch` (grown to the most it can take) and then appended
+    /// whole: room that is already there, where making room in `line` would fill it first.
+    fn write(
+        &self,
+        line: &mut Vec<u8>,
+        scratch: &mut Vec<u8>,
+        record: &Record,
+        file: Option<&str>,
+        description: &Description,
+    ) -> bool {
         let frame = description.frame();
         let bytes = frame.bytes();
         if bytes.len() < self.frame_len {
@@ -205,12 +247,17 @@ impl Plan {
         }
         let layout = &frame.layout;
         let icrc = description.icrc();
-        let at = line.len();
-        line.resize(at + self.max_len + 3 * layout.trailer.len(), 0);
-        let out = &mut line[at..];
+        let file = file.unwrap_or("");
+        // Escaped, a byte of the name takes at most six (`\u001f`), plus the quotes.
+        let room = self.max_len + 3 * layout.trailer.len() + 6 * file.len() + 2;
+        if scratch.len() < room {
+            scratch.resize(room, 0);
+        }
+        let out = &mut scratch[..];
         let mut pos = 0;
         for step in &self.steps {
-            pos = self.copy(out, pos, step.before);
+            out[pos..pos + TEXT].copy_from_slice(&step.text);
+            pos += usize::from(step.len);
             pos = match step.read {
                 Read::Number {
                     end,
@@ -268,25 +315,28 @@ impl Plan {
                     out[pos..pos + 3].copy_from_slice(text);
                     pos + len
                 }
+                Read::FrameNumber => number(out, pos, record.number),
+                Read::Epoch => {
+                    let t = record.timestamp;
+                    let pos = number(out, pos, t.as_secs());
+                    out[pos] = b'.';
+                    digits_into(&mut out[pos + 1..pos + 10], t.subsec_nanos().into());
+                    pos + 10
+                }
+                Read::FrameLen => number(out, pos, record.original_len.into()),
+                Read::CapLen => number(out, pos, record.data.len() as u64),
+                Read::File => {
+                    let mut room = &mut out[pos..];
+                    let before = room.len();
+                    // The room is the most the escaped name takes, so this cannot fail.
+                    let _ = serde_json::to_writer(&mut room, file);
+                    pos + before - room.len()
+                }
+                Read::Nothing => pos,
             };
         }
-        pos = self.copy(out, pos, self.tail);
-        line.truncate(at + pos);
+        line.extend_from_slice(&out[..pos]);
         true
-    }
-
-    /// Copies a piece of text to `out` at `pos`, in whole chunks (the room past its end is
-    /// written over next or cut off); returns where it ends.
-    #[inline(always)]
-    fn copy(&self, out: &mut [u8], pos: usize, text: Text) -> usize {
-        let (start, len) = (text.start as usize, text.len as usize);
-        let mut done = 0;
-        while done < len {
-            out[pos + done..pos + done + CHUNK]
-                .copy_from_slice(&self.text[start + done..start + done + CHUNK]);
-            done += CHUNK;
-        }
-        pos + len
     }
 }
 
@@ -396,15 +446,18 @@ fn hex(out: &mut [u8], pos: usize, bytes: &[u8]) -> usize {
     end - usize::from(!bytes.is_empty())
 }
 
-/// The plans made so far, by opcode and then by the rest of the layout and the view.
+/// The plans made so far, by opcode and then by the rest of the layout and the view, and the
+/// room they write lines in.
 pub struct Plans {
     by_opcode: Vec<Vec<Entry>>,
     count: usize,
+    scratch: Vec<u8>,
 }
 
 struct Entry {
     key: LayoutKey,
     every_field: bool,
+    with_file: bool,
     /// `None` for a layout no plan can be made for (kept so as not to try again).
     plan: Option<Plan>,
 }
@@ -414,18 +467,31 @@ impl Default for Plans {
         Plans {
             by_opcode: (0..=u8::MAX).map(|_| Vec::new()).collect(),
             count: 0,
+            scratch: Vec::new(),
         }
     }
 }
 
 impl Plans {
-    /// The plan for `description`'s layout in this view, made now if it is the first of its
-    /// layout; `None` for a frame whose fields are not fixed by its layout.
-    pub fn get(&mut self, description: &Description, every_field: bool) -> Option<&Plan> {
-        let key = description.layout_key()?;
-        let found = self.by_opcode[usize::from(key.opcode())]
-            .iter()
-            .position(|e| e.key == key && e.every_field == every_field);
+    /// Appends `record`'s object and its newline to `line` by the plan for its frame's layout
+    /// in this view (every field or the essential ones, with the file's name or without), made
+    /// now if it is the first of its layout; `false` (and nothing appended) for a frame whose
+    /// fields are not fixed by its layout.
+    pub fn write(
+        &mut self,
+        line: &mut Vec<u8>,
+        every_field: bool,
+        record: &Record,
+        file: Option<&str>,
+        description: &Description,
+    ) -> bool {
+        let Some(key) = description.layout_key() else {
+            return false;
+        };
+        let with_file = file.is_some();
+        let found = self.by_opcode[usize::from(key.opcode())].iter().position(|e| {
+            e.key == key && e.every_field == every_field && e.with_file == with_file
+        });
         let index = match found {
             Some(index) => index,
             None => {
@@ -438,14 +504,16 @@ impl Plans {
                 slot.push(Entry {
                     key,
                     every_field,
-                    plan: Plan::compile(description, every_field),
+                    with_file,
+                    plan: Plan::compile(description, every_field, with_file),
                 });
                 slot.len() - 1
             }
         };
-        self.by_opcode[usize::from(key.opcode())][index]
-            .plan
-            .as_ref()
+        match &self.by_opcode[usize::from(key.opcode())][index].plan {
+            Some(plan) => plan.write(line, &mut self.scratch, record, file, description),
+            None => false,
+        }
     }
 }
 
