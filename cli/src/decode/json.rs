@@ -405,7 +405,14 @@ mod tests {
                 let description = Description::new(&frame);
                 for (every_field, file) in [(false, None), (true, Some("a \"b\".pcap"))] {
                     let mut out = b"left alone|".to_vec();
-                    packet(&mut out, &mut plans, every_field, &record, file, &description);
+                    packet(
+                        &mut out,
+                        &mut plans,
+                        every_field,
+                        &record,
+                        file,
+                        &description,
+                    );
                     let expected = plain(every_field, &record, file, &description);
                     assert_eq!(
                         String::from_utf8(out).expect("UTF-8"),

@@ -314,7 +314,10 @@ pub enum Source {
     /// A number in the field's bytes ([`Field::bytes`]), read big-endian, under its
     /// [mask](Field::mask) and shifted down to bit 0, times `scale` (4 for a count of 32-bit
     /// words that tshark shows in bytes); shown in `base`.
-    Number { scale: u8, base: Base },
+    Number {
+        scale: u8,
+        base: Base,
+    },
     /// Whether the field's bits (its bytes under its mask) are not all zero.
     Flag,
     /// The field's bytes as an address, or as bytes.

@@ -586,7 +586,9 @@ fn frames_with_the_same_layout_key_have_the_same_fields_in_the_same_places() {
                             let key = d.layout_key().expect("not a MAD");
                             let shapes: Vec<_> = d.fields().iter().map(shape_of).collect();
                             let values: Vec<_> = d.fields().iter().map(|f| f.to_string()).collect();
-                            let group = groups.entry(key).or_insert_with(|| (shapes.clone(), vec![]));
+                            let group = groups
+                                .entry(key)
+                                .or_insert_with(|| (shapes.clone(), vec![]));
                             assert_eq!(group.0, shapes, "{op} {network:?} {payload} {syndrome:#x}");
                             group.1.push(values.join(" ").into_bytes());
                             frames += 1;
@@ -601,8 +603,16 @@ fn frames_with_the_same_layout_key_have_the_same_fields_in_the_same_places() {
         .values()
         .filter(|(_, values)| values.iter().any(|v| v != &values[0]))
         .count();
-    assert!(frames > 2 * groups.len(), "{frames} frames, {} keys", groups.len());
-    assert!(shared * 2 > groups.len(), "{shared} of {} keys", groups.len());
+    assert!(
+        frames > 2 * groups.len(),
+        "{frames} frames, {} keys",
+        groups.len()
+    );
+    assert!(
+        shared * 2 > groups.len(),
+        "{shared} of {} keys",
+        groups.len()
+    );
 }
 
 #[test]

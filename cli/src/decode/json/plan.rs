@@ -40,11 +40,23 @@ enum Read {
         scale: u8,
     },
     /// Whether the 8 bytes ending at `end` have any bit of `mask`.
-    Flag { end: u16, mask: u64 },
-    Mac { at: u16 },
-    Ipv4 { at: u16 },
-    Ipv6 { at: u16 },
-    Bytes { at: u16, len: u16 },
+    Flag {
+        end: u16,
+        mask: u64,
+    },
+    Mac {
+        at: u16,
+    },
+    Ipv4 {
+        at: u16,
+    },
+    Ipv6 {
+        at: u16,
+    },
+    Bytes {
+        at: u16,
+        len: u16,
+    },
     PayloadAndPadLen,
     PayloadLen,
     Pad,
@@ -270,7 +282,11 @@ impl Plan {
                 }
                 Read::Flag { end, mask } => {
                     let set = be_ending_at(bytes, end) & mask != 0;
-                    let (text, len) = if set { (b"true    ", 4) } else { (b"false   ", 5) };
+                    let (text, len) = if set {
+                        (b"true    ", 4)
+                    } else {
+                        (b"false   ", 5)
+                    };
                     out[pos..pos + 8].copy_from_slice(text);
                     pos + len
                 }
@@ -311,7 +327,11 @@ impl Plan {
                 Read::Icrc => number(out, pos, wire_order(icrc.found).into()),
                 Read::IcrcExpected => number(out, pos, wire_order(icrc.expected).into()),
                 Read::IcrcStatus => {
-                    let (text, len) = if icrc.is_ok() { (b"ok ", 2) } else { (b"bad", 3) };
+                    let (text, len) = if icrc.is_ok() {
+                        (b"ok ", 2)
+                    } else {
+                        (b"bad", 3)
+                    };
                     out[pos..pos + 3].copy_from_slice(text);
                     pos + len
                 }
@@ -439,7 +459,11 @@ fn octet(out: &mut [u8], pos: usize, n: u8) -> usize {
 fn hex(out: &mut [u8], pos: usize, bytes: &[u8]) -> usize {
     let mut end = pos;
     for &b in bytes {
-        out[end..end + 3].copy_from_slice(&[HEX[usize::from(b >> 4)], HEX[usize::from(b & 0xf)], b':']);
+        out[end..end + 3].copy_from_slice(&[
+            HEX[usize::from(b >> 4)],
+            HEX[usize::from(b & 0xf)],
+            b':',
+        ]);
         end += 3;
     }
     // No colon after the last byte.
@@ -489,9 +513,9 @@ impl Plans {
             return false;
         };
         let with_file = file.is_some();
-        let found = self.by_opcode[usize::from(key.opcode())].iter().position(|e| {
-            e.key == key && e.every_field == every_field && e.with_file == with_file
-        });
+        let found = self.by_opcode[usize::from(key.opcode())]
+            .iter()
+            .position(|e| e.key == key && e.every_field == every_field && e.with_file == with_file);
         let index = match found {
             Some(index) => index,
             None => {
