@@ -7,8 +7,12 @@
 //! Written straight into a line buffer rather than through serde: keys come quoted from the
 //! description (`Field::json_entry`; plain names that JSON never escapes, which a test checks)
 //! and values are numbers, booleans and hex or decimal text, so per-packet escaping would be
-//! pure cost — and decoding must outrun tshark by fifty times. The two strings that can hold
+//! pure cost — and decoding must outrun tshark by sixty times. The two strings that can hold
 //! anything, a file name and an error message, go through serde_json.
+//!
+//! Most packets are written by a plan made once for their layout ([`plan`]); the walk through
+//! the description here is for the rest (management datagrams) and is what the plans are
+//! tested against.
 
 use std::convert::Infallible;
 use std::io::Write;
