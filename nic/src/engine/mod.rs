@@ -326,6 +326,9 @@ impl Engine {
         busy |= self.shard_pass();
         busy |= self.ip_stack.poll(&mut self.tx, Instant::now());
         busy |= self.forward_from_threads();
+        // Data written with streaming stores reaches the host's view before the engine looks
+        // for more work or sleeps (a host may poll its memory instead of a completion queue).
+        roce_hostmem::fence_writes();
         // What the link batched goes out before the engine looks for more work or sleeps.
         let lost = self.tx.link().flush_sends();
         if lost > 0 {
@@ -678,6 +681,8 @@ impl Output for EngineIo<'_> {
         repr: &roce_wire::FrameRepr,
         fill: &mut transport::Fill<'_>,
     ) -> Result<(), roce_hostmem::AccessError> {
+        // A frame may tell the peer that data landed (an ACK): the data first.
+        roce_hostmem::fence_writes();
         self.tx.send(repr, fill)
     }
 

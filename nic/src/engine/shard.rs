@@ -678,6 +678,9 @@ impl Worker {
         self.deadline = shard.next_deadline();
         drop(shard);
         drop(guard);
+        // As the port thread's pass does: what this one wrote is in host memory before it
+        // looks for more work or sleeps.
+        roce_hostmem::fence_writes();
         self.tx.link().flush_sends();
         if busy {
             trace!(thread = self.k, "pass");
