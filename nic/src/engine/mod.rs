@@ -323,8 +323,9 @@ impl Engine {
             self.with_world(|engine| engine.world_work(now));
             busy = true;
         }
-        busy |= self.shard_pass();
-        busy |= self.ip_stack.poll(&mut self.tx, Instant::now());
+        let (work, now) = self.shard_pass();
+        busy |= work;
+        busy |= self.ip_stack.poll(&mut self.tx, now);
         busy |= self.forward_from_threads();
         // Data written with streaming stores reaches the host's view before the engine looks
         // for more work or sleeps (a host may poll its memory instead of a completion queue).
@@ -472,24 +473,27 @@ impl Engine {
     /// This thread's share of the data path, with the world read: frames from the link (its
     /// own QPs' taken in, the others' queued to their threads), doorbells, its QPs' work and
     /// timers.
-    fn shard_pass(&mut self) -> bool {
+    /// Returns whether anything happened, and the time it read after taking in frames (for the
+    /// rest of the pass).
+    fn shard_pass(&mut self) -> (bool, Instant) {
         let common = Arc::clone(&self.common);
         let guard = common.read();
         let Some(world) = guard.as_ref() else {
-            return false;
+            return (false, Instant::now());
         };
         let mut shard = world.shard(0);
         let mut busy = self.receive(&world.tables, &mut shard);
+        // One clock read for sending and the timers (and the IP stack after them): they take
+        // microseconds, against timers of 100 µs and more.
         let now = Instant::now();
         busy |= self.take_doorbells(&world.tables, &mut shard);
         busy |= shard.transmit(&world.tables, &mut self.tx, &self.counters, now);
-        let now = Instant::now();
         shard.timers(&world.tables, &mut self.tx, &self.counters, now);
         self.shard_deadline = shard.next_deadline();
         drop(shard);
         drop(guard);
         self.wake_threads();
-        busy
+        (busy, now)
     }
 
     fn receive(&mut self, tables: &Tables, shard: &mut Shard) -> bool {

@@ -673,8 +673,10 @@ impl Worker {
             shard.flush_acks(tables, tx, counters, now);
         }
         let mut busy = received;
-        busy |= shard.transmit(tables, tx, counters, Instant::now());
-        shard.timers(tables, tx, counters, Instant::now());
+        // One clock read for sending and the timers, as on the port thread.
+        let now = Instant::now();
+        busy |= shard.transmit(tables, tx, counters, now);
+        shard.timers(tables, tx, counters, now);
         self.deadline = shard.next_deadline();
         drop(shard);
         drop(guard);
