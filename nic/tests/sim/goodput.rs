@@ -194,16 +194,25 @@ fn the_fault_mix_keeps_a_fifth_of_the_goodput() {
 /// packets or fewer and the 100 µs floor, and at 5% loss alone 44%.
 #[test]
 fn on_a_short_line_the_timers_follow_the_round_trip() {
-    let mix = on_line(
-        SHORT_DELAY,
-        faults(0.05, 0.02, 0.05, 0.01, REORDER_JITTER),
-    );
+    let mix = on_line(SHORT_DELAY, faults(0.05, 0.02, 0.05, 0.01, REORDER_JITTER));
     let (r, reports) = ratio(mix, 1..4);
-    assert!(r >= 0.32, "mix: {:.0}% of fault-free: {reports:#?}", 100.0 * r);
+    assert!(
+        r >= 0.32,
+        "mix: {:.0}% of fault-free: {reports:#?}",
+        100.0 * r
+    );
     let (r, reports) = ratio(on_line(SHORT_DELAY, faults(0.05, 0.0, 0.0, 0.0, 0)), 1..4);
-    assert!(r >= 0.5, "5%: {:.0}% of fault-free: {reports:#?}", 100.0 * r);
+    assert!(
+        r >= 0.5,
+        "5%: {:.0}% of fault-free: {reports:#?}",
+        100.0 * r
+    );
     let (r, reports) = ratio(on_line(SHORT_DELAY, faults(0.01, 0.0, 0.0, 0.0, 0)), 1..4);
-    assert!(r >= 0.75, "1%: {:.0}% of fault-free: {reports:#?}", 100.0 * r);
+    assert!(
+        r >= 0.75,
+        "1%: {:.0}% of fault-free: {reports:#?}",
+        100.0 * r
+    );
 }
 
 /// Prints the figures: `cargo test -p roce-nic --test sim goodput::table -- --ignored

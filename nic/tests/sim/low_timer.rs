@@ -161,11 +161,20 @@ fn a_lossy_qp_recovers_a_silent_gap_in_round_trips() {
         write(&mut b, 10 + wr_id);
     }
     assert_eq!(b.sent().len(), 8);
-    assert_eq!(b.node.qp.send.low_timer, None, "eight unacknowledged, no loss yet");
-    b.ack(PSN + 3, Syndrome::Nak(roce_wire::aeth::NakCode::PSN_SEQUENCE_ERROR));
+    assert_eq!(
+        b.node.qp.send.low_timer, None,
+        "eight unacknowledged, no loss yet"
+    );
+    b.ack(
+        PSN + 3,
+        Syndrome::Nak(roce_wire::aeth::NakCode::PSN_SEQUENCE_ERROR),
+    );
     let resent: Vec<_> = b.sent().iter().map(|s| s.psn).collect();
     assert_eq!(resent, (PSN + 3..PSN + 9).collect::<Vec<_>>(), "go-back-N");
-    assert!(b.node.qp.send.low_timer.is_some(), "six unacknowledged, losses seen");
+    assert!(
+        b.node.qp.send.low_timer.is_some(),
+        "six unacknowledged, losses seen"
+    );
     // One sample of 2 µs: SRTT + 4 × RTTVAR = 6 µs, under the floor.
     b.wait(RTO_LOW_LOSSY_FLOOR + Duration::from_micros(1));
     let probe: Vec<_> = b.sent().iter().map(|s| s.psn).collect();
@@ -173,7 +182,11 @@ fn a_lossy_qp_recovers_a_silent_gap_in_round_trips() {
     assert_eq!(b.node.counters.snapshot().tail_probes, 1);
     b.wait(RTO_LOW_LOSSY_FLOOR);
     let again: Vec<_> = b.sent().iter().map(|s| s.psn).collect();
-    assert_eq!(again, (PSN + 3..PSN + 9).collect::<Vec<_>>(), "the low timer's go-back");
+    assert_eq!(
+        again,
+        (PSN + 3..PSN + 9).collect::<Vec<_>>(),
+        "the low timer's go-back"
+    );
     assert_eq!(b.count(EventKind::RetransmitTimeout), 1);
     // The peer got them: everything completes, no retry spent.
     b.ack(PSN + 8, Syndrome::ack());
