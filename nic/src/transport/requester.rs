@@ -101,7 +101,8 @@ const RTO_LOW_MAX_BACKOFF: u32 = 10;
 /// window builds, so SRTT + 4 × RTTVAR stays above a few packets' time; what the lower floor
 /// risks is an engine that did not run for a while, whose expiry then sends duplicates of
 /// what is unacknowledged — a cost on a lossy line only. A QP that never lost a packet keeps
-/// the 100 µs floor, so a fault-free line sends nothing twice when an engine stalls.
+/// the 100 µs floor and [`RTO_LOW_PACKETS`]: on a fault-free line an engine's stall makes
+/// it send no more than before.
 ///
 /// A low-timer expiry is a retransmission timeout like the configured timer's (the same
 /// go-back, the same counter and event), but it spends no retry: the IBTA's retry count
