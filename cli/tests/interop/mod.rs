@@ -172,7 +172,7 @@ pub fn run(group: &Group) -> Vec<PathBuf> {
     let mut ours: Vec<Ours> = Vec::new();
     let mut gave_up = None;
     for (n, scenario) in group.scenarios.iter().enumerate() {
-        gave_up = reason_to_give_up(group, &ours, nic.as_mut().map(|(_, proc)| proc));
+        gave_up = reason_to_give_up(group, &ours, nic.as_mut().map(|(_, proc)| proc), &mut vm);
         if gave_up.is_some() {
             break;
         }
@@ -195,7 +195,9 @@ pub fn run(group: &Group) -> Vec<PathBuf> {
     let mut failures = Vec::new();
     if let Some(reason) = &gave_up {
         // The guest's script would wait out each remaining tool's limit: stop it now.
-        vm.signal(libc::SIGTERM);
+        if vm.exited().is_none() {
+            vm.signal(libc::SIGTERM);
+        }
         failures.push(format!(
             "gave up after {} of {} scenarios: {reason}",
             ours.len(),
@@ -268,13 +270,22 @@ pub fn run(group: &Group) -> Vec<PathBuf> {
 }
 
 /// Why the rest of a group's scenarios would only wait out their time limits, if they would:
-/// the group's NIC exited, or our side of the last two scenarios failed (each scenario has its
-/// own port, so one failure does not cause the next; two in a row mean the NIC, the cable or
-/// the guest is broken). Without this, a broken NIC costs every remaining scenario its whole
-/// limit, hours for the perftest group, where the failure should show in minutes.
-fn reason_to_give_up(group: &Group, ours: &[Ours], nic: Option<&mut Proc>) -> Option<String> {
+/// the group's NIC or the guest exited, or our side of the last two scenarios failed (each
+/// scenario has its own port, so one failure does not cause the next; two in a row mean the
+/// NIC, the cable or the guest is broken). Without this, a broken NIC costs every remaining
+/// scenario its whole limit, hours for the perftest group, where the failure should show in
+/// minutes.
+fn reason_to_give_up(
+    group: &Group,
+    ours: &[Ours],
+    nic: Option<&mut Proc>,
+    vm: &mut Proc,
+) -> Option<String> {
     if let Some(status) = nic.and_then(|proc| proc.exited()) {
         return Some(format!("our NIC exited ({status})"));
+    }
+    if let Some(status) = vm.exited() {
+        return Some(format!("the guest exited ({status})"));
     }
     let failed = |(scenario, ours): (&Scenario, &Ours)| {
         scenario.our_status_counts() && !ours.status.success()
