@@ -19,14 +19,23 @@ use roce_wire::capture::Record;
 use roce_wire::describe::{Description, Field, Value, Visit};
 use roce_wire::{Error, Layer, Opcode};
 
-/// Appends one packet's object and its newline to `line`.
+mod plan;
+
+pub use plan::Plans;
+
+/// Appends one packet's object and its newline to `line`, by the plan for its layout in
+/// `plans` where it has one.
 pub fn packet(
     line: &mut Vec<u8>,
+    plans: &mut Plans,
     every_field: bool,
     record: &Record,
     file: Option<&str>,
     description: &Description,
 ) {
+    if plans.write(line, every_field, record, file, description) {
+        return;
+    }
     start(line, every_field, record, file);
     let entries = Entries {
         line: &mut *line,
@@ -153,11 +162,18 @@ const PAIRS: &[u8; 200] = b"\
 /// digits are written in place into room added with a fixed-size copy: no call to memcpy for a
 /// copy of a length known only at run time, which is what a number per field would cost.
 #[inline(always)]
-fn digits(line: &mut Vec<u8>, mut n: u64, count: usize) {
+fn digits(line: &mut Vec<u8>, n: u64, count: usize) {
     let at = line.len();
     line.extend_from_slice(&[b'0'; 20]);
-    let out = &mut line[at..at + count];
-    let mut end = count;
+    digits_into(&mut line[at..at + count], n);
+    line.truncate(at + count);
+}
+
+/// Fills `out` with the last `out.len()` decimal digits of `n`, with leading zeros if it has
+/// fewer.
+#[inline(always)]
+fn digits_into(out: &mut [u8], mut n: u64) {
+    let mut end = out.len();
     // Four digits per division where there are four, then two, then one.
     while end >= 4 {
         let four = (n % 10_000) as usize;
@@ -176,7 +192,6 @@ fn digits(line: &mut Vec<u8>, mut n: u64, count: usize) {
     if end == 1 {
         out[0] = b'0' + (n % 10) as u8;
     }
-    line.truncate(at + count);
 }
 
 /// Appends each field as a JSON entry, and the opcode's name after the opcode (the BTH's first
@@ -303,6 +318,7 @@ mod tests {
     fn the_fast_writer_writes_what_serde_json_would_for_every_bundled_packet() {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../captures");
         let mut packets = 0;
+        let mut plans = Plans::default();
         for path in roce_tests::captures_under(Path::new(dir)) {
             let bytes = std::fs::read(&path).expect("reading a capture");
             let mut reader = Reader::new(&bytes[..]).expect("a capture");
@@ -311,7 +327,7 @@ mod tests {
                 let Ok(frame) = record.frame() else { continue };
                 let description = Description::new(&frame);
                 let mut out = Vec::new();
-                packet(&mut out, true, &record, None, &description);
+                packet(&mut out, &mut plans, true, &record, None, &description);
                 assert_eq!(out.last(), Some(&b'\n'));
                 let ours: serde_json::Value = serde_json::from_slice(&out).expect("valid JSON");
                 assert_eq!(
@@ -379,6 +395,7 @@ mod tests {
             &roce_tests::shared_captures_dir(),
         ));
         let mut packets = 0;
+        let mut plans = Plans::default();
         for path in &captures {
             let bytes = std::fs::read(path).expect("reading a capture");
             let mut reader = Reader::new(&bytes[..]).expect("a capture");
@@ -388,7 +405,14 @@ mod tests {
                 let description = Description::new(&frame);
                 for (every_field, file) in [(false, None), (true, Some("a \"b\".pcap"))] {
                     let mut out = b"left alone|".to_vec();
-                    packet(&mut out, every_field, &record, file, &description);
+                    packet(
+                        &mut out,
+                        &mut plans,
+                        every_field,
+                        &record,
+                        file,
+                        &description,
+                    );
                     let expected = plain(every_field, &record, file, &description);
                     assert_eq!(
                         String::from_utf8(out).expect("UTF-8"),
@@ -443,7 +467,14 @@ mod tests {
         let record = reader.next_record().unwrap().unwrap();
         let frame = record.frame().unwrap();
         let mut out = Vec::new();
-        packet(&mut out, false, &record, None, &Description::new(&frame));
+        packet(
+            &mut out,
+            &mut Plans::default(),
+            false,
+            &record,
+            None,
+            &Description::new(&frame),
+        );
         let text = String::from_utf8(out).unwrap();
         assert!(
             text.contains(r#""infiniband.bth.opcode":17,"roce.bth.opcode_name":"RC ACKNOWLEDGE","#),

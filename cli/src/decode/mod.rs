@@ -8,6 +8,7 @@ mod pipeline;
 mod tally;
 mod text;
 
+use std::cell::RefCell;
 use std::io::{self, Read};
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
@@ -136,6 +137,20 @@ fn render(batch: &mut Batch, view: View) {
         batch.out.extend_from_slice(format!("{name}:\n").as_bytes());
     }
     let file = file.as_deref();
+    // Each worker keeps the JSON plans it has made from batch to batch.
+    thread_local! {
+        static PLANS: RefCell<json::Plans> = RefCell::default();
+    }
+    PLANS.with_borrow_mut(|plans| render_records(batch, view, file, first_time, plans));
+}
+
+fn render_records(
+    batch: &mut Batch,
+    view: View,
+    file: Option<&str>,
+    first_time: std::time::Duration,
+    plans: &mut json::Plans,
+) {
     batch.render_each(|record, out, tally| {
         let since_first = record.timestamp.saturating_sub(first_time);
         match record.frame() {
@@ -146,7 +161,7 @@ fn render(batch: &mut Batch, view: View) {
                     View::Line => text::line(out, record, since_first, &description),
                     View::Tree => text::tree(out, record, since_first, &description),
                     View::Json { every_field } => {
-                        json::packet(out, every_field, record, file, &description)
+                        json::packet(out, plans, every_field, record, file, &description)
                     }
                 }
             }

@@ -198,6 +198,44 @@ impl<'a> Field<'a> {
         (&self.spec.padded_entry, self.spec.entry.len())
     }
 
+    /// Where the value comes from: how to read it from another frame of the same
+    /// [layout](Description::layout_key).
+    pub fn source(&self) -> Source {
+        use tables::other;
+        let spec = self.spec;
+        let made = [
+            (&other::DATA_LEN, Source::PayloadAndPadLen),
+            (&other::PAYLOAD_LEN, Source::PayloadLen),
+            (&other::PAD, Source::Pad),
+            (&other::ETH_PADDING, Source::EthPadding),
+            (&other::ICRC, Source::Icrc),
+            (&other::ICRC_EXPECTED, Source::IcrcExpected),
+            (&other::ICRC_STATUS, Source::IcrcStatus),
+        ];
+        if let Some(&(_, source)) = made.iter().find(|(s, _)| core::ptr::eq(*s, spec)) {
+            return source;
+        }
+        match spec.shape {
+            tables::Shape::Dec => Source::Number {
+                scale: 1,
+                base: Base::Dec,
+            },
+            tables::Shape::Hex(digits) => Source::Number {
+                scale: 1,
+                base: Base::Hex(digits),
+            },
+            tables::Shape::Words32 => Source::Number {
+                scale: 4,
+                base: Base::Dec,
+            },
+            tables::Shape::Flag => Source::Flag,
+            tables::Shape::Mac => Source::Mac,
+            tables::Shape::Ipv4 => Source::Ipv4,
+            tables::Shape::Ipv6 => Source::Ipv6,
+            tables::Shape::Bytes => Source::Bytes,
+        }
+    }
+
     /// For a field narrower than its bytes, the bits that are its own, over those bytes read as
     /// one big-endian number.
     pub fn mask(&self) -> Option<u32> {
@@ -268,6 +306,59 @@ impl fmt::Display for BitPattern {
     }
 }
 
+/// Where a field's value comes from, for a decoder that works out once per
+/// [layout](Description::layout_key) which fields a frame has and how each is read, and then
+/// reads every frame of that layout without walking the tables again (`roce decode --json`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Source {
+    /// A number in the field's bytes ([`Field::bytes`]), read big-endian, under its
+    /// [mask](Field::mask) and shifted down to bit 0, times `scale` (4 for a count of 32-bit
+    /// words that tshark shows in bytes); shown in `base`.
+    Number {
+        scale: u8,
+        base: Base,
+    },
+    /// Whether the field's bits (its bytes under its mask) are not all zero.
+    Flag,
+    /// The field's bytes as an address, or as bytes.
+    Mac,
+    Ipv4,
+    Ipv6,
+    Bytes,
+    /// The number of payload and pad bytes (tshark's `data.len`).
+    PayloadAndPadLen,
+    PayloadLen,
+    /// The pad bytes, wherever this frame's payload ends.
+    Pad,
+    /// The bytes after the IP packet (Ethernet's minimum-size padding).
+    EthPadding,
+    /// The ICRC the frame carries, the one computed, and whether they agree (`ok` or `bad`).
+    Icrc,
+    IcrcExpected,
+    IcrcStatus,
+}
+
+/// What decides which fields a frame has and where their bytes lie: two frames with the same
+/// key hand a visitor the same fields (same keys and layers) in the same order, and every field
+/// whose [`Source`] reads its own bytes has the same [`Field::bytes`] in both. The others (the
+/// lengths, the pad, the padding and the ICRC) have values and ranges of their own in each
+/// frame. Made by [`Description::layout_key`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LayoutKey {
+    opcode: u8,
+    /// Which optional parts are there (see `walk::Walker::layout_key`).
+    parts: u16,
+    network: (u16, u16),
+    bth: u16,
+}
+
+impl LayoutKey {
+    /// The BTH opcode byte, the key's most varied part: a cache of layouts can be indexed by it.
+    pub fn opcode(&self) -> u8 {
+        self.opcode
+    }
+}
+
 /// What [`Description::visit`] hands fields to: any `FnMut(&Field) -> Result<(), E>`, or a
 /// type of one's own. The walk is compiled for each visitor; a visitor whose `field` is inlined
 /// into it costs no call per field, and the parts of a field it does not read are never made
@@ -324,6 +415,13 @@ impl<'f, 'a> Description<'f, 'a> {
     /// others are not even read.
     pub fn visit_essential<V: Visit<'a>>(&self, mut visitor: V) -> Result<(), V::Error> {
         walk::Walker::new(self.frame, self.icrc, true).walk(&mut visitor)
+    }
+
+    /// What decides the frame's fields and where they lie (see [`LayoutKey`]); `None` when its
+    /// fields depend on its contents as well (a management datagram, whose fields follow its
+    /// class and attribute).
+    pub fn layout_key(&self) -> Option<LayoutKey> {
+        walk::Walker::new(self.frame, self.icrc, false).layout_key()
     }
 
     /// Every field, in frame order.

@@ -2,7 +2,7 @@ use super::tables;
 use super::*;
 use crate::frame::{EthernetRepr, Extensions, FrameRepr, NetworkRepr, VlanTag};
 use crate::opcode::{Kind, Transport};
-use crate::{aeth, bth, reth};
+use crate::{aeth, bth, opcode, reth};
 
 fn networks() -> [NetworkRepr; 3] {
     let v6 = |last| Ipv6Address::new(0xfe80, 0, 0, 0, 0, 0, 0, last);
@@ -521,5 +521,105 @@ fn network_ethertype(network: &NetworkRepr) -> u16 {
         NetworkRepr::Ipv4 { .. } => 0x0800,
         NetworkRepr::Ipv6 { .. } => 0x86dd,
         NetworkRepr::Grh { .. } => 0x8915,
+    }
+}
+
+/// What a field is apart from its value: its key, layer and source, and its bytes where the
+/// value is read from them (the others lie wherever the frame's payload puts them).
+fn shape_of(field: &Field) -> (&'static str, Layer, Source, Option<core::ops::Range<usize>>) {
+    let own_bytes = matches!(
+        field.source(),
+        Source::Number { .. }
+            | Source::Flag
+            | Source::Mac
+            | Source::Ipv4
+            | Source::Ipv6
+            | Source::Bytes
+    );
+    (
+        field.key(),
+        field.layer,
+        field.source(),
+        own_bytes.then(|| field.bytes.clone()),
+    )
+}
+
+#[test]
+fn frames_with_the_same_layout_key_have_the_same_fields_in_the_same_places() {
+    use std::collections::HashMap;
+    let vlan = VlanTag {
+        pcp: 5,
+        dei: false,
+        vid: 7,
+    };
+    // Every kind of syndrome, some twice with other low bits.
+    let syndromes = [0x1f, 0x00, 0x05, 0x21, 0x3f, 0x40, 0x60, 0x63, 0x64];
+    let mut groups: HashMap<LayoutKey, (Vec<_>, Vec<Vec<u8>>)> = HashMap::new();
+    let mut frames = 0;
+    for op in Opcode::all() {
+        for network in networks() {
+            for tag in [None, Some(vlan)] {
+                for payload in [0, 1, 2, 3, 4, 7, 8, 65] {
+                    for (i, &syndrome) in syndromes.iter().enumerate() {
+                        // Only AETH opcodes need every syndrome.
+                        if !op.headers().contains(opcode::Headers::AETH) && i > 0 {
+                            continue;
+                        }
+                        let mut r = repr(op, network, tag, payload);
+                        r.bth.psn = (payload * 977 + i) as u32;
+                        r.bth.dest_qp = 0x100 + i as u32;
+                        r.bth.solicited = i % 2 == 1;
+                        if let Some(aeth) = &mut r.ext.aeth {
+                            aeth.syndrome = aeth::Syndrome::from_u8(syndrome);
+                            aeth.msn = i as u32;
+                        }
+                        let bytes = emit(&r);
+                        // Short frames again with Ethernet's minimum-size padding.
+                        let padded = (bytes.len() < 60).then(|| {
+                            let mut padded = bytes.clone();
+                            padded.resize(60, 0);
+                            padded
+                        });
+                        for bytes in core::iter::once(&bytes).chain(padded.as_ref()) {
+                            let frame = Frame::parse(bytes).unwrap();
+                            let d = Description::new(&frame);
+                            let key = d.layout_key().expect("not a MAD");
+                            let shapes: Vec<_> = d.fields().iter().map(shape_of).collect();
+                            let values: Vec<_> = d.fields().iter().map(|f| f.to_string()).collect();
+                            let group = groups
+                                .entry(key)
+                                .or_insert_with(|| (shapes.clone(), vec![]));
+                            assert_eq!(group.0, shapes, "{op} {network:?} {payload} {syndrome:#x}");
+                            group.1.push(values.join(" ").into_bytes());
+                            frames += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // Not one frame per key: most keys are shared by frames whose values differ.
+    let shared = groups
+        .values()
+        .filter(|(_, values)| values.iter().any(|v| v != &values[0]))
+        .count();
+    assert!(
+        frames > 2 * groups.len(),
+        "{frames} frames, {} keys",
+        groups.len()
+    );
+    assert!(
+        shared * 2 > groups.len(),
+        "{shared} of {} keys",
+        groups.len()
+    );
+}
+
+#[test]
+fn a_mad_has_no_layout_key() {
+    for network in networks() {
+        let bytes = cm_req_frame(network);
+        let frame = Frame::parse_network_layer(&bytes, network_ethertype(&network)).unwrap();
+        assert_eq!(Description::new(&frame).layout_key(), None);
     }
 }

@@ -4,7 +4,7 @@
 use core::ops::Range;
 
 use super::tables::{self, other, Depth, Meaning, Shape, Spec};
-use super::{wire_order, Base, Field, Value, Words};
+use super::{wire_order, Base, Field, LayoutKey, Value, Words};
 use crate::aeth::{self, NakCode, Syndrome};
 use crate::frame::{Frame, NetworkRepr};
 use crate::icrc::Check;
@@ -85,6 +85,51 @@ impl<'f, 'a> Walker<'f, 'a> {
         }
         self.payload(each, mad.is_some())?;
         self.trailer(each)
+    }
+
+    /// Everything [`Walker::walk`] decides by, apart from the values it reads: the optional
+    /// parts it walks, the offsets of the headers it reads rows from (the extension headers
+    /// follow from the BTH's and the opcode), the opcode, the AETH's kind (which picks its
+    /// detail row) and whether the length-dependent fields are there at all. Keep the two in
+    /// step: a test checks that frames with equal keys give the same fields.
+    pub(super) fn layout_key(&self) -> Option<LayoutKey> {
+        if self.mad_at().is_some() {
+            return None;
+        }
+        let (repr, layout) = (&self.frame.repr, &self.frame.layout);
+        let opcode = repr.bth.opcode;
+        let network: u16 = match repr.network {
+            NetworkRepr::Ipv4 { .. } => 0,
+            NetworkRepr::Ipv6 { .. } => 1,
+            NetworkRepr::Grh { .. } => 2,
+        };
+        // The kind, bits 6:5 of the syndrome byte (which the parsed syndrome keeps).
+        let aeth_kind = repr
+            .ext
+            .aeth
+            .map_or(0, |aeth| (aeth.syndrome.to_u8() >> 5) & 0x3);
+        let has_ethernet = repr.ethernet.is_some();
+        let flags = [
+            has_ethernet,
+            repr.ethernet.is_some_and(|eth| eth.vlan.is_some()),
+            layout.udp.is_some(),
+            layout.payload.start < layout.pad.end,
+            !layout.pad.is_empty(),
+            !layout.trailer.is_empty(),
+        ];
+        let parts = flags
+            .iter()
+            .enumerate()
+            .fold(network | u16::from(aeth_kind) << 2, |parts, (i, &on)| {
+                parts | u16::from(on) << (4 + i)
+            });
+        let offset = |at: usize| u16::try_from(at).ok();
+        Some(LayoutKey {
+            opcode: opcode.value(),
+            parts,
+            network: (offset(layout.network.start)?, offset(layout.network.end)?),
+            bth: offset(layout.bth.start)?,
+        })
     }
 
     pub(super) fn table<V: Visit<'a>>(
