@@ -133,6 +133,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    end_the_process_on_any_panic();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return argument_error(e),
@@ -171,6 +172,18 @@ fn main() -> ExitCode {
             failure.exit_code()
         }
     }
+}
+
+/// A panic in any thread ends the whole process, after the usual message. By default only the
+/// panicking thread would end: a NIC whose engine thread died would keep its control socket
+/// and its cable open but never answer again, so its hosts and its peer would each wait out
+/// their own timeouts instead of seeing the NIC gone (as they do when it exits).
+fn end_the_process_on_any_panic() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        report(info);
+        std::process::exit(101);
+    }));
 }
 
 /// Warnings (or `RUST_LOG`) to standard error; JSON lines when a demo that reads them started

@@ -65,7 +65,8 @@ pub struct Args {
     #[arg(long, value_name = "BITS")]
     rate: Option<String>,
     /// Inject faults on the link, e.g. drop=0.01,dup=0.01,reorder=0.05,corrupt=0.01,delay=2ms,
-    /// seed=7 (probabilities per frame and direction).
+    /// seed=7 (probabilities per frame and direction). A reordered frame waits for 1 to 8 later
+    /// frames to pass it, at most window=20us (window=1ms: as before).
     #[arg(long, value_name = "SPEC")]
     faults: Option<String>,
     /// A peer's MAC address, for peers that do not answer ARP or neighbour discovery: IP=MAC

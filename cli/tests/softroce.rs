@@ -71,10 +71,14 @@ fn perftest_at_path_mtu_1024() {
         (Perftest("write_bw"), "-s 100 -n 500"),
         (Perftest("read_bw"), "-s 65536 -n 200"),
         (Perftest("read_bw"), "-s 8 -n 500"),
-        (Perftest("write_bw"), "-a -n 5"),
-        (Perftest("send_bw"), "-a -n 5"),
-        (Perftest("write_lat"), "-a -n 5"),
-        (Perftest("send_lat"), "-a -n 5"),
+        // Sweeps to 8 MiB: `-u 18` (1 s) on both sides, as for the READ sweeps below. A guest
+        // under TCG that loses its core for longer than perftest's timeout 14 allows seven
+        // times (470 ms; seen on a loaded machine, in the middle of an 8 MiB WRITE) would
+        // otherwise end the run with "transport retry counter exceeded".
+        (Perftest("write_bw"), "-a -n 5 -u 18"),
+        (Perftest("send_bw"), "-a -n 5 -u 18"),
+        (Perftest("write_lat"), "-a -n 5 -u 18"),
+        (Perftest("send_lat"), "-a -n 5 -u 18"),
         (Perftest("send_bw"), "-s 65536 -n 200"),
         (Perftest("send_bw"), "-s 1000 -n 500"),
         (Perftest("atomic_bw"), "-n 500 -A FETCH_AND_ADD"),

@@ -5,8 +5,16 @@
 //! Copies are raw-pointer copies and atomics real atomic instructions on the shared mapping,
 //! because another process (the host program) may read or write the same bytes meanwhile.
 //!
+//! A large write into host memory (a packet's payload of a kilobyte or more) bypasses the CPU's
+//! caches, as a NIC's DMA does: the memory a stream of WRITEs lands in is usually far larger than
+//! the caches, and an ordinary store first reads every line it writes (3–4 GB/s into a 64 MiB
+//! region on the project's machine, against 12 GB/s for a streaming store). Streaming stores are
+//! weakly ordered, so the thread that made them calls [`fence_writes`] before it tells anyone the data is
+//! there (a completion, an acknowledgement on the wire).
+//!
 //! [`MrTable`]: crate::MrTable
 
+use std::cell::Cell;
 use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -69,12 +77,13 @@ impl<'a> Place<'a> {
 
     /// Copies `src` into the place starting `at` bytes in: the data of one packet of an RDMA
     /// WRITE or SEND lands at its offset in the message. Refused, writing nothing, if it would
-    /// pass the end of the place.
+    /// pass the end of the place. Other threads may see the bytes only after this thread's next
+    /// [`fence_writes`] (see the module's documentation).
     pub fn write(&self, at: usize, src: &[u8]) -> Result<(), AccessError> {
         let dst = self.span(at, src.len())?;
         // SAFETY: `span` checked the range; `src` is a Rust slice, so it cannot be the shared
         // mapping, which is only ever reached through raw pointers.
-        unsafe { ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) };
+        unsafe { copy_to_memory(src.as_ptr(), dst, src.len()) };
         self.intact()
     }
 
@@ -165,5 +174,99 @@ impl<'a> AtomicPlace<'a> {
         // accesses to it come through other mappings of the same page or raw copies, never Rust
         // references, just as a device's DMA and a host CPU share RAM.
         unsafe { AtomicU64::from_ptr(self.word.as_ptr()) }
+    }
+}
+
+/// Copies of at least this many bytes into host memory use streaming stores.
+pub const STREAMING_MIN: usize = 1024;
+
+thread_local! {
+    /// Whether this thread made streaming stores since its last [`fence_writes`].
+    static UNFENCED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Makes every write this thread made into host memory visible to other threads before any
+/// store it makes after: call it before publishing what tells another thread (or process) that
+/// the data is there — a completion, a frame that acknowledges it. Costs nothing when this thread
+/// wrote nothing with streaming stores since its last fence.
+#[inline]
+pub fn fence_writes() {
+    if UNFENCED.with(|u| u.replace(false)) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: SSE2 is part of x86_64; a store fence has no other effect.
+        unsafe {
+            std::arch::x86_64::_mm_sfence()
+        };
+    }
+}
+
+/// Copies `len` bytes from `src` to `dst`: with streaming stores from [`STREAMING_MIN`] bytes
+/// on (x86_64), plainly otherwise.
+///
+/// # Safety
+/// As for [`ptr::copy_nonoverlapping`].
+unsafe fn copy_to_memory(src: *const u8, dst: *mut u8, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if len >= STREAMING_MIN {
+        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
+        // Plain stores up to a 16-byte boundary, streaming stores of 64 bytes (a cache line,
+        // which the write-combining buffers fill in one go) after it, plain stores for the rest.
+        let head = dst.align_offset(16).min(len);
+        let body = (len - head) / 64 * 64;
+        // SAFETY: the caller's ranges; every access below stays inside `..len` of both, and
+        // `dst + head` is 16-byte aligned as the streaming store needs. SSE2 is part of x86_64.
+        unsafe {
+            ptr::copy_nonoverlapping(src, dst, head);
+            let mut i = head;
+            while i < head + body {
+                let from = src.add(i) as *const __m128i;
+                let to = dst.add(i) as *mut __m128i;
+                let (a, b) = (_mm_loadu_si128(from), _mm_loadu_si128(from.add(1)));
+                let (c, d) = (_mm_loadu_si128(from.add(2)), _mm_loadu_si128(from.add(3)));
+                _mm_stream_si128(to, a);
+                _mm_stream_si128(to.add(1), b);
+                _mm_stream_si128(to.add(2), c);
+                _mm_stream_si128(to.add(3), d);
+                i += 64;
+            }
+            ptr::copy_nonoverlapping(src.add(i), dst.add(i), len - i);
+        }
+        UNFENCED.with(|u| u.set(true));
+        return;
+    }
+    // SAFETY: the caller's.
+    unsafe { ptr::copy_nonoverlapping(src, dst, len) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every length around the streaming threshold, at every alignment of the destination
+    /// within a cache line, lands byte for byte and touches nothing around it.
+    #[test]
+    fn streamed_writes_land_exactly() {
+        let region = Region::anonymous(16384).unwrap();
+        let src: Vec<u8> = (0..5000u32).map(|i| (i * 7 + 3) as u8).collect();
+        for len in [
+            STREAMING_MIN - 1,
+            STREAMING_MIN,
+            STREAMING_MIN + 63,
+            4096,
+            4097,
+        ] {
+            for at in [0, 1, 15, 16, 33, 63, 64] {
+                region.write(0, &[0xAA; 16384]).unwrap();
+                let place = Place::new(&region, 100, 10000);
+                place.write(at, &src[..len]).unwrap();
+                fence_writes();
+                let mut back = vec![0u8; 16384];
+                region.read(0, &mut back).unwrap();
+                let start = 100 + at;
+                assert_eq!(&back[start..start + len], &src[..len], "len {len} at {at}");
+                assert!(back[..start].iter().all(|&b| b == 0xAA));
+                assert!(back[start + len..].iter().all(|&b| b == 0xAA));
+            }
+        }
     }
 }

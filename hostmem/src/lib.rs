@@ -21,7 +21,7 @@ mod shm;
 mod size;
 
 pub use access::{Access, UnknownAccess};
-pub use dma::{AtomicPlace, Place};
+pub use dma::{fence_writes, AtomicPlace, Place, STREAMING_MIN};
 pub use error::{AccessError, MrError, RegionError, SizeError};
 pub use mr::{MrKeys, MrTable, VaBase};
 pub use pd::PdId;

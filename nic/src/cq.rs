@@ -183,6 +183,8 @@ impl Cq {
         if !std::mem::take(&mut p.unpublished) {
             return;
         }
+        // The data a completion reports is in host memory before the completion is.
+        roce_hostmem::fence_writes();
         p.producer.publish();
         if self.ring.notify().swap(0, Ordering::SeqCst) != 0 {
             self.event.signal();

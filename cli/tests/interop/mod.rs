@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::{free_udp_port, Env, Nic, Proc};
 use guest::{Console, GUEST_MAC, NIC_IP, NIC_MAC};
-use scenario::{Group, Kind, Scenario, GUEST_TOOL_LIMIT_S};
+use scenario::{Group, Scenario, GUEST_TOOL_LIMIT_S};
 
 /// One guest at a time: under TCG a guest takes a whole core.
 pub static ONE_GUEST: Mutex<()> = Mutex::new(());
@@ -144,7 +144,7 @@ pub fn run(group: &Group) -> Vec<PathBuf> {
         Some(s) => s.link(),
         None => format!("cable:{},{}", cable.ours, cable.guest),
     };
-    let nic = (!group.capture_each).then(|| {
+    let mut nic = (!group.capture_each).then(|| {
         let nic = Nic {
             name: env.name("n"),
             ip: format!("{NIC_IP}/24"),
@@ -169,33 +169,53 @@ pub fn run(group: &Group) -> Vec<PathBuf> {
             .map(|s| dir.join(format!("{}.pcap", s.capture_name())))
             .collect(),
     };
-    let ours: Vec<Ours> = group
-        .scenarios
-        .iter()
-        .enumerate()
-        .map(|(n, scenario)| {
-            let mut args = scenario.our_args(FIRST_PORT + n as u16);
-            if scenario.unmodified {
-                let (nic, _) = nic
-                    .as_ref()
-                    .expect("unmodified programs run on the group's NIC");
-                args.splice(1..1, ["--nic".into(), nic.name.clone()]);
-                return run_unmodified(&env, args);
-            }
-            match &nic {
-                Some((nic, _)) => args.extend(["--nic".into(), nic.name.clone()]),
-                None => args.extend(own_nic_args(group, &our_link, &captures[n])),
-            }
-            run_ours(&env, args)
-        })
-        .collect();
+    let mut ours: Vec<Ours> = Vec::new();
+    let mut gave_up = None;
+    for (n, scenario) in group.scenarios.iter().enumerate() {
+        gave_up = reason_to_give_up(group, &ours, nic.as_mut().map(|(_, proc)| proc), &mut vm);
+        if gave_up.is_some() {
+            break;
+        }
+        let mut args = scenario.our_args(FIRST_PORT + n as u16);
+        if scenario.unmodified {
+            let (nic, _) = nic
+                .as_ref()
+                .expect("unmodified programs run on the group's NIC");
+            args.splice(1..1, ["--nic".into(), nic.name.clone()]);
+            ours.push(run_unmodified(&env, args));
+            continue;
+        }
+        match &nic {
+            Some((nic, _)) => args.extend(["--nic".into(), nic.name.clone()]),
+            None => args.extend(own_nic_args(group, &our_link, &captures[n])),
+        }
+        ours.push(run_ours(&env, args));
+    }
 
+    let mut failures = Vec::new();
+    if let Some(reason) = &gave_up {
+        // The guest's script would wait out each remaining tool's limit: stop it now.
+        if vm.exited().is_none() {
+            vm.signal(libc::SIGTERM);
+        }
+        failures.push(format!(
+            "gave up after {} of {} scenarios: {reason}",
+            ours.len(),
+            group.scenarios.len()
+        ));
+    }
     vm.wait(Duration::from_secs(u64::from(vm_limit) + 30));
     let console_text = vm.drain_stdout();
     std::fs::write(dir.join("console.log"), &console_text).unwrap();
     let console = Console::new(&console_text);
-    let mut failures = Vec::new();
-    if let Some((nic, proc)) = nic {
+    if let Some((_, proc)) = nic.as_mut().filter(|_| gave_up.is_some()) {
+        if let Some(stacks) = proc.stop_or_dump_stacks(Duration::from_secs(20)) {
+            failures.push(format!(
+                "our NIC did not stop on SIGTERM; its threads:\n{stacks}"
+            ));
+        }
+        failures.push(format!("our NIC's standard error:\n{}", proc.stderr()));
+    } else if let Some((nic, proc)) = nic {
         let counters = env.run(&["host", "info", "--nic", &nic.name, "--counters"]);
         for counter in ["rx_icrc_errors", "rx_malformed"] {
             if !counters.stdout.lines().any(|l| l == format!("{counter} 0")) {
@@ -211,7 +231,11 @@ pub fn run(group: &Group) -> Vec<PathBuf> {
     let rcvbuf_errors = wire::udp_receive_buffer_errors() - rcvbuf_before;
     let switch_table = switched.map(|s| s.check(&mut failures));
     let table = check_scenarios(group, &ours, &console, &mut failures);
-    let wire = check_wire(group, &captures, &console, rcvbuf_errors, &mut failures);
+    // A NIC that was killed or crashed may have left its capture cut short.
+    let wire = match gave_up {
+        None => check_wire(group, &captures, &console, rcvbuf_errors, &mut failures),
+        Some(_) => "wire: not checked (the group gave up)".to_owned(),
+    };
 
     let rxe_counters: Vec<String> = console
         .counters()
@@ -243,6 +267,41 @@ pub fn run(group: &Group) -> Vec<PathBuf> {
         failures.join("\n\n")
     );
     captures
+}
+
+/// Why the rest of a group's scenarios would only wait out their time limits, if they would:
+/// the group's NIC or the guest exited, or our side of the last two scenarios failed (each
+/// scenario has its own port, so one failure does not cause the next; two in a row mean the
+/// NIC, the cable or the guest is broken). Without this, a broken NIC costs every remaining
+/// scenario its whole limit, hours for the perftest group, where the failure should show in
+/// minutes.
+fn reason_to_give_up(
+    group: &Group,
+    ours: &[Ours],
+    nic: Option<&mut Proc>,
+    vm: &mut Proc,
+) -> Option<String> {
+    if let Some(status) = nic.and_then(|proc| proc.exited()) {
+        return Some(format!("our NIC exited ({status})"));
+    }
+    if let Some(status) = vm.exited() {
+        return Some(format!("the guest exited ({status})"));
+    }
+    let failed = |(scenario, ours): (&Scenario, &Ours)| {
+        scenario.our_status_counts() && !ours.status.success()
+    };
+    let last_two = group
+        .scenarios
+        .iter()
+        .zip(ours)
+        .skip(ours.len().saturating_sub(2));
+    (ours.len() >= 2 && last_two.clone().all(failed)).then(|| {
+        let names: Vec<String> = last_two.map(|(s, _)| s.name()).collect();
+        format!(
+            "our side of two scenarios in a row failed ({})",
+            names.join("; ")
+        )
+    })
 }
 
 /// Boots the guest with the group's script; returns it and its time limit in seconds.
@@ -412,10 +471,7 @@ fn problems_of(scenario: &Scenario, ours: &Ours, console: &Console, n: usize) ->
     let mut problems = Vec::new();
     if scenario.unmodified {
         let text = scenario.success_text(!scenario.guest_serves);
-        // The real rping server ends with a failing status when the client disconnects (see
-        // Scenario::rping_guest_command): what it printed says whether it worked.
-        let status_counts = scenario.kind != Kind::Rping || scenario.guest_serves;
-        if (status_counts && !ours.status.success())
+        if (scenario.our_status_counts() && !ours.status.success())
             || text.is_some_and(|t| !ours.stdout.contains(&t))
         {
             problems.push(format!(

@@ -318,6 +318,41 @@ impl Proc {
         assert_eq!(unsafe { libc::kill(self.pid(), signal) }, 0);
     }
 
+    /// The exit status, if the process has exited.
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().unwrap()
+    }
+
+    /// Stops the process with SIGTERM; if it has not exited after `limit`, returns every
+    /// thread's stack as gdb shows it (where a hung process hangs) and kills it.
+    pub fn stop_or_dump_stacks(&mut self, limit: Duration) -> Option<String> {
+        if self.exited().is_none() {
+            self.signal(libc::SIGTERM);
+        }
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if self.exited().is_some() {
+                self.wait(Duration::ZERO);
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let stacks = Command::new("gdb")
+            .args([
+                "-p",
+                &self.pid().to_string(),
+                "-batch",
+                "-ex",
+                "thread apply all bt",
+            ])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_else(|e| format!("gdb did not run: {e}"));
+        let _ = self.child.kill();
+        self.wait(Duration::from_secs(5));
+        Some(stacks)
+    }
+
     /// Waits for the exit, killing the process if it takes longer than `limit`. Afterwards
     /// [`Proc::stderr`] holds everything the process wrote there.
     pub fn wait(&mut self, limit: Duration) -> ExitStatus {

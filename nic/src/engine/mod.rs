@@ -323,9 +323,13 @@ impl Engine {
             self.with_world(|engine| engine.world_work(now));
             busy = true;
         }
-        busy |= self.shard_pass();
-        busy |= self.ip_stack.poll(&mut self.tx, Instant::now());
+        let (work, now) = self.shard_pass();
+        busy |= work;
+        busy |= self.ip_stack.poll(&mut self.tx, now);
         busy |= self.forward_from_threads();
+        // Data written with streaming stores reaches the host's view before the engine looks
+        // for more work or sleeps (a host may poll its memory instead of a completion queue).
+        roce_hostmem::fence_writes();
         // What the link batched goes out before the engine looks for more work or sleeps.
         let lost = self.tx.link().flush_sends();
         if lost > 0 {
@@ -469,24 +473,27 @@ impl Engine {
     /// This thread's share of the data path, with the world read: frames from the link (its
     /// own QPs' taken in, the others' queued to their threads), doorbells, its QPs' work and
     /// timers.
-    fn shard_pass(&mut self) -> bool {
+    /// Returns whether anything happened, and the time it read after taking in frames (for the
+    /// rest of the pass).
+    fn shard_pass(&mut self) -> (bool, Instant) {
         let common = Arc::clone(&self.common);
         let guard = common.read();
         let Some(world) = guard.as_ref() else {
-            return false;
+            return (false, Instant::now());
         };
         let mut shard = world.shard(0);
         let mut busy = self.receive(&world.tables, &mut shard);
+        // One clock read for sending and the timers (and the IP stack after them): they take
+        // microseconds, against timers of 100 µs and more.
         let now = Instant::now();
         busy |= self.take_doorbells(&world.tables, &mut shard);
         busy |= shard.transmit(&world.tables, &mut self.tx, &self.counters, now);
-        let now = Instant::now();
         shard.timers(&world.tables, &mut self.tx, &self.counters, now);
         self.shard_deadline = shard.next_deadline();
         drop(shard);
         drop(guard);
         self.wake_threads();
-        busy
+        (busy, now)
     }
 
     fn receive(&mut self, tables: &Tables, shard: &mut Shard) -> bool {
@@ -678,6 +685,8 @@ impl Output for EngineIo<'_> {
         repr: &roce_wire::FrameRepr,
         fill: &mut transport::Fill<'_>,
     ) -> Result<(), roce_hostmem::AccessError> {
+        // A frame may tell the peer that data landed (an ACK): the data first.
+        roce_hostmem::fence_writes();
         self.tx.send(repr, fill)
     }
 

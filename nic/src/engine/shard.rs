@@ -673,11 +673,16 @@ impl Worker {
             shard.flush_acks(tables, tx, counters, now);
         }
         let mut busy = received;
-        busy |= shard.transmit(tables, tx, counters, Instant::now());
-        shard.timers(tables, tx, counters, Instant::now());
+        // One clock read for sending and the timers, as on the port thread.
+        let now = Instant::now();
+        busy |= shard.transmit(tables, tx, counters, now);
+        shard.timers(tables, tx, counters, now);
         self.deadline = shard.next_deadline();
         drop(shard);
         drop(guard);
+        // As the port thread's pass does: what this one wrote is in host memory before it
+        // looks for more work or sleeps.
+        roce_hostmem::fence_writes();
         self.tx.link().flush_sends();
         if busy {
             trace!(thread = self.k, "pass");

@@ -53,7 +53,7 @@ pub struct SendState {
     /// How much the round trip varies (RFC 6298's RTTVAR): with `srtt`, the low timer.
     pub rttvar: Duration,
     /// When the low retransmission timer fires (see [`rto_low`]): armed only on a QP that runs
-    /// it, with at most [`RTO_LOW_PACKETS`] unacknowledged or a probe out.
+    /// it, with at most [`RTO_LOW_PACKETS`] unacknowledged, a probe out or losses seen.
     pub low_timer: Option<Instant>,
     /// Low-timer expiries since the responder last showed progress: each doubles the next.
     pub low_backoff: u32,
@@ -73,13 +73,16 @@ pub fn retransmit_timeout(timeout: u8) -> Option<Duration> {
     (timeout != 0).then(|| Duration::from_nanos(4096u64 << timeout.min(31)))
 }
 
-/// The most packets unacknowledged for which the low timer runs: IRN's N (Mittal et al.,
-/// "Revisiting Network Support for RDMA", SIGCOMM 2018, §3.1). With more in flight, a loss is
-/// revealed by the packets after it (the responder's sequence NAK) or by the tail probe.
+/// The most packets unacknowledged for which the low timer runs on a QP that has not lost
+/// packets: IRN's N (Mittal et al., "Revisiting Network Support for RDMA", SIGCOMM 2018,
+/// §3.1). With more in flight, a loss is revealed by the packets after it (the responder's
+/// sequence NAK) or by the tail probe.
 pub const RTO_LOW_PACKETS: u32 = 3;
 /// The least the low timer waits: IRN's RTO_low. A timer from the measured round trip alone
 /// would fire at once on a line whose round trips were all a few microseconds.
 pub const RTO_LOW_FLOOR: Duration = Duration::from_micros(100);
+/// The least the low timer waits on a QP that has lost packets (see [`rto_low`]).
+pub const RTO_LOW_LOSSY_FLOOR: Duration = Duration::from_micros(10);
 /// The most consecutive doublings of the low timer: a silent responder gets at most this many
 /// copies more per configured timeout than with the configured timer alone.
 const RTO_LOW_MAX_BACKOFF: u32 = 10;
@@ -89,6 +92,17 @@ const RTO_LOW_MAX_BACKOFF: u32 = 10;
 /// RFC 6298 computes a retransmission timeout (SRTT + 4 × RTTVAR), never below
 /// [`RTO_LOW_FLOOR`] nor above the QP's configured timeout (its Local ACK Timeout). `None`
 /// before the first round trip is measured, and on a QP without a retransmission timer.
+///
+/// On a QP that has lost packets the floor is [`RTO_LOW_LOSSY_FLOOR`] instead: the measured
+/// round trip then decides. IRN's 100 µs is a datacenter's worst round trip, but the
+/// in-process cable's is a few microseconds, and each of the thousands of quiet lines a lossy
+/// line has per second (a lost NAK or resend leaves the responder silent: it NAKs once per
+/// gap) waited 100 µs. The round trip it measures under load includes the queue its own
+/// window builds, so SRTT + 4 × RTTVAR stays above a few packets' time; what the lower floor
+/// risks is an engine that did not run for a while, whose expiry then sends duplicates of
+/// what is unacknowledged — a cost on a lossy line only. A QP that never lost a packet keeps
+/// the 100 µs floor and [`RTO_LOW_PACKETS`]: on a fault-free line an engine's stall makes
+/// it send no more than before.
 ///
 /// A low-timer expiry is a retransmission timeout like the configured timer's (the same
 /// go-back, the same counter and event), but it spends no retry: the IBTA's retry count
@@ -102,22 +116,34 @@ pub fn rto_low(send: &SendState, timeout: u8) -> Option<Duration> {
     if send.srtt.is_zero() {
         return None;
     }
-    let rto = (send.srtt + send.rttvar * 4).max(RTO_LOW_FLOOR);
+    let floor = if send.window.lossy() {
+        RTO_LOW_LOSSY_FLOOR
+    } else {
+        RTO_LOW_FLOOR
+    };
+    let rto = (send.srtt + send.rttvar * 4).max(floor);
     let backed_off = rto.saturating_mul(1 << send.low_backoff.min(RTO_LOW_MAX_BACKOFF));
     Some(backed_off.min(configured))
 }
 
 /// Arms the low timer of a QP that runs it, if few enough packets are unacknowledged (or
-/// `probe`: one packet that asks for an answer is out, and nothing else will bring one);
-/// disarms it otherwise. `keep`: an armed low timer stays as it is (a new packet does not
-/// postpone the wait for the older ones).
+/// `probe`: one packet that asks for an answer is out, and nothing else will bring one; or
+/// the QP has lost packets); disarms it otherwise. `keep`: an armed low timer stays as it is
+/// (a new packet does not postpone the wait for the older ones).
+///
+/// On a QP that has lost packets the low timer runs whatever is unacknowledged: a lost
+/// sequence NAK, or a lost first resend after one, leaves the responder silently dropping
+/// everything that follows (it NAKs once per gap, IBTA 9.7.5.1.1), and what recovers from
+/// that is a go-back, which the low timer makes one low timeout after the last progress. A
+/// probe alone needs a round trip more for the NAK its answer provokes, and none may follow
+/// it until the responder shows progress.
 pub fn arm_low_timer(qp: &mut Qp, now: Instant, probe: bool, keep: bool) {
     let send = &mut qp.send;
     let outstanding = psn::diff(send.high, send.una).max(0) as u32;
     let wanted = qp.rto_low
         && qp.qp_type == QpType::Rc
         && outstanding > 0
-        && (probe || outstanding <= RTO_LOW_PACKETS);
+        && (probe || outstanding <= RTO_LOW_PACKETS || send.window.lossy());
     if !wanted {
         send.low_timer = None;
         return;

@@ -97,7 +97,13 @@ impl Window {
     /// loss would otherwise wait a quarter of the Local ACK Timeout (17 ms at timeout 14) when
     /// a resend or a NAK is lost, more than a thousand packets' time at 25 Gbit/s.
     pub fn probe_floor(&self) -> Option<std::time::Duration> {
-        (self.cuts > 0).then_some(LOSSY_PROBE_FLOOR)
+        self.lossy().then_some(LOSSY_PROBE_FLOOR)
+    }
+
+    /// Whether the QP ever lost a packet (or had a retransmission timeout): its timers then
+    /// take a quiet line for a loss sooner (see `requester::rto_low`).
+    pub fn lossy(&self) -> bool {
+        self.cuts > 0
     }
 
     /// The retransmission timer fired: nothing at all came back.

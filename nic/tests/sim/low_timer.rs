@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use roce_nic::transport::requester::{RTO_LOW_FLOOR, RTO_LOW_PACKETS};
+use roce_nic::transport::requester::{RTO_LOW_FLOOR, RTO_LOW_LOSSY_FLOOR, RTO_LOW_PACKETS};
 use roce_nic::transport::EventKind;
 use roce_nic::verbs::{QpState, SendFlags, SendOp, SendWr, Sge, WcStatus};
 use roce_wire::aeth::Syndrome;
@@ -135,13 +135,65 @@ fn a_silent_peer_fails_after_the_configured_timeouts_with_bounded_copies() {
         failed_after >= configured * (retries + 1) - Duration::from_micros(200),
         "failed after {failed_after:?}"
     );
-    // Per configured timeout at most one copy per doubling from 100 µs to 4.2 ms, and the
-    // configured timer's own.
-    let low_per_period = (configured.as_micros() / RTO_LOW_FLOOR.as_micros()).ilog2() as usize + 1;
+    // Per configured timeout at most one copy per doubling from the first low timeout to 4.2
+    // ms, and the configured timer's own. After the first expiry the QP counts as lossy and
+    // its floor is 10 µs, so the first low timeout is RFC 6298's from the one 20 µs sample:
+    // SRTT 20 µs + 4 × RTTVAR 10 µs.
+    let first = Duration::from_micros(20 + 4 * 10);
+    let low_per_period = (configured.as_micros() / first.as_micros()).ilog2() as usize + 1;
     assert!(
         copies > 1 + retries as usize && copies <= (1 + low_per_period) * (retries as usize + 1),
         "{copies} copies"
     );
+}
+
+/// A QP that has lost packets runs the low timer whatever is unacknowledged, from the
+/// measured round trip down to [`RTO_LOW_LOSSY_FLOOR`]: the peer NAKs a gap, and the first
+/// resend is lost, so the peer (having NAKed that gap once) stays silent. A probe comes one
+/// low timeout later, a go-back one more later — tens of microseconds on a line whose round
+/// trip is a few, where IRN's 100 µs floor and the low timer only for three packets or fewer
+/// left the first probe at 100 µs and the go-back at the configured timer's 4 ms.
+#[test]
+fn a_lossy_qp_recovers_a_silent_gap_in_round_trips() {
+    let mut b = bench(true);
+    learn_rtt(&mut b, Duration::from_micros(2));
+    for wr_id in 0..8 {
+        write(&mut b, 10 + wr_id);
+    }
+    assert_eq!(b.sent().len(), 8);
+    assert_eq!(
+        b.node.qp.send.low_timer, None,
+        "eight unacknowledged, no loss yet"
+    );
+    b.ack(
+        PSN + 3,
+        Syndrome::Nak(roce_wire::aeth::NakCode::PSN_SEQUENCE_ERROR),
+    );
+    let resent: Vec<_> = b.sent().iter().map(|s| s.psn).collect();
+    assert_eq!(resent, (PSN + 3..PSN + 9).collect::<Vec<_>>(), "go-back-N");
+    assert!(
+        b.node.qp.send.low_timer.is_some(),
+        "six unacknowledged, losses seen"
+    );
+    // One sample of 2 µs: SRTT + 4 × RTTVAR = 6 µs, under the floor.
+    b.wait(RTO_LOW_LOSSY_FLOOR + Duration::from_micros(1));
+    let probe: Vec<_> = b.sent().iter().map(|s| s.psn).collect();
+    assert_eq!(probe, [PSN + 3], "the probe");
+    assert_eq!(b.node.counters.snapshot().tail_probes, 1);
+    b.wait(RTO_LOW_LOSSY_FLOOR);
+    let again: Vec<_> = b.sent().iter().map(|s| s.psn).collect();
+    assert_eq!(
+        again,
+        (PSN + 3..PSN + 9).collect::<Vec<_>>(),
+        "the low timer's go-back"
+    );
+    assert_eq!(b.count(EventKind::RetransmitTimeout), 1);
+    // The peer got them: everything completes, no retry spent.
+    b.ack(PSN + 8, Syndrome::ack());
+    let done = b.completions();
+    assert_eq!(done.len(), 8);
+    assert!(done.iter().all(|wc| wc.status == WcStatus::Success));
+    assert_eq!(b.node.qp.send.retry_left, setup().retry_cnt);
 }
 
 /// Without faults the low timer never fires: nothing is sent twice in a random mix, READs and

@@ -425,8 +425,9 @@ fn a_host_that_goes_away_disconnects_its_connections() {
 /// a's agent still full.
 #[test]
 fn connections_beyond_4096_are_refused_with_no_resources() {
-    // A long response timeout: nothing is sent again while the test runs.
-    let bench = bench(20);
+    // A long response timeout (4.096 µs × 2^24, over a minute): nothing is sent again while
+    // the test runs, however slowly a loaded machine takes in 4096 REQs.
+    let bench = bench(24);
     let (a, b) = (&bench.a, &bench.b);
     let rejs = bench.tap_a.record();
     let _listener = a.ctx.cm_listen(addr(1, 7174)).unwrap();
@@ -454,7 +455,11 @@ fn connections_beyond_4096_are_refused_with_no_resources() {
         .ctx
         .cm_connect(&qp, addr(1, 7174), &ConnParam::default())
         .unwrap();
-    let e = event(b);
+    // a answers after the 4096 REQs before it.
+    let e = b
+        .ctx
+        .cm_event(Some(Duration::from_secs(60)))
+        .expect("the REJ within 60 s");
     assert_eq!(
         (e.kind, e.id),
         (CmEventKind::Rejected { reason: 3 }, last.id())
