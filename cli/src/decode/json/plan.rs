@@ -242,12 +242,13 @@ impl Plan {
     /// describes, and its newline to `line`; `false` (and nothing appended) if the frame is
     /// shorter than the layout's (which a parsed frame of this layout never is).
     ///
-    /// The line is written into `scratch` (grown to the most it can take) and then appended
-    /// whole: room that is already there, where making room in `line` would fill it first.
+    /// The line is written into `scratch` and then appended whole: room that is already there,
+    /// where making room in `line` would fill it first. A line that might not fit (a frame with
+    /// kilobytes of padding, a file name of hundreds of characters) is left to the walk.
     fn write(
         &self,
         line: &mut Vec<u8>,
-        scratch: &mut Vec<u8>,
+        scratch: &mut Scratch,
         record: &Record,
         file: Option<&str>,
         description: &Description,
@@ -262,12 +263,15 @@ impl Plan {
         let file = file.unwrap_or("");
         // Escaped, a byte of the name takes at most six (`\u001f`), plus the quotes.
         let room = self.max_len + 3 * layout.trailer.len() + 6 * file.len() + 2;
-        if scratch.len() < room {
-            scratch.resize(room, 0);
+        if room > LINE {
+            return false;
         }
         let out = &mut scratch[..];
         let mut pos = 0;
         for step in &self.steps {
+            // `pos` is below `room`, so this changes nothing; but it shows the compiler that
+            // the copies that follow fall within the scratch, which it then need not check.
+            pos &= LINE - 1;
             out[pos..pos + TEXT].copy_from_slice(&step.text);
             pos += usize::from(step.len);
             pos = match step.read {
@@ -475,8 +479,15 @@ fn hex(out: &mut [u8], pos: usize, bytes: &[u8]) -> usize {
 pub struct Plans {
     by_opcode: Vec<Vec<Entry>>,
     count: usize,
-    scratch: Vec<u8>,
+    scratch: Box<Scratch>,
 }
+
+/// The longest line a plan writes (longer ones are left to the walk).
+const LINE: usize = 4096;
+
+/// Where a plan writes a line: twice the longest, so that a write that starts within the first
+/// half never needs checking against the end.
+type Scratch = [u8; 2 * LINE];
 
 struct Entry {
     key: LayoutKey,
@@ -491,7 +502,7 @@ impl Default for Plans {
         Plans {
             by_opcode: (0..=u8::MAX).map(|_| Vec::new()).collect(),
             count: 0,
-            scratch: Vec::new(),
+            scratch: Box::new([0; 2 * LINE]),
         }
     }
 }
