@@ -433,6 +433,41 @@ mod tests {
     }
 
     #[test]
+    fn a_line_too_long_for_a_plan_is_walked_and_comes_out_the_same() {
+        let bytes = std::fs::read(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../captures/every-opcode-ipv4.pcap"
+        ))
+        .expect("reading a capture");
+        let mut reader = Reader::new(&bytes[..]).expect("a capture");
+        let record = loop {
+            let record = reader.next_record().expect("a RoCE frame").unwrap();
+            if record.frame().is_ok() {
+                break record;
+            }
+        };
+        let mut plans = Plans::default();
+        // Kilobytes of bytes after the IP packet: shown as Ethernet padding, three characters
+        // each, more than a plan's line holds.
+        for trailer in [0, 2000] {
+            let mut data = record.data.to_vec();
+            data.resize(data.len() + trailer, 0xab);
+            let record = Record {
+                data: &data,
+                ..record
+            };
+            let frame = record.frame().expect("a frame");
+            let description = Description::new(&frame);
+            let mut out = Vec::new();
+            packet(&mut out, &mut plans, true, &record, None, &description);
+            assert_eq!(
+                String::from_utf8(out).unwrap(),
+                plain(true, &record, None, &description)
+            );
+        }
+    }
+
+    #[test]
     fn numbers_are_written_as_decimal_without_leading_zeros() {
         for n in [
             0,
