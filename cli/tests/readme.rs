@@ -81,7 +81,7 @@ fn skipped(block: &Block) -> Option<&'static str> {
     if block.rust {
         return Some("a Rust fragment of the verbs API, not a command");
     }
-    let reasons: [(&str, &str); 13] = [
+    let reasons: [(&str, &str); 14] = [
         (
             "tests/interop/softroce-vm",
             "needs the QEMU guest (cli/tests/softroce.rs runs it)",
@@ -122,6 +122,10 @@ fn skipped(block: &Block) -> Option<&'static str> {
         (
             "cargo build --release -p roce-nic --example write_profile",
             "a profile under valgrind: a release build and minutes, no pass or fail",
+        ),
+        (
+            "valgrind --tool=callgrind roce decode",
+            "instruction counts under valgrind of the decode bench's captures: minutes, no pass or fail",
         ),
         (
             "roce bench --incast",
