@@ -23,6 +23,7 @@ use roce_wire::capture::Record;
 use roce_wire::describe::{Description, Field, Value, Visit};
 use roce_wire::{Error, Layer, Opcode};
 
+mod decimal;
 mod plan;
 
 pub use plan::Plans;
@@ -111,91 +112,24 @@ pub const OPCODE_NAME: &str = "roce.bth.opcode_name";
 
 #[inline(always)]
 fn number(line: &mut Vec<u8>, n: u64) {
-    // Flags, counts and small codes are most of the numbers: one digit, one byte.
-    if n < 10 {
-        line.push(b'0' + n as u8);
-    } else if n < 100 {
-        line.extend_from_slice(&[b'0' + (n / 10) as u8, b'0' + (n % 10) as u8]);
-    } else {
-        digits(line, n, decimal_digits(n));
-    }
+    written(line, |out| decimal::any(out, 0, n));
 }
 
-/// An address byte in decimal: one fixed-size copy of one, two or three digits.
+/// An address byte in decimal.
 #[inline(always)]
 fn octet(line: &mut Vec<u8>, n: u8) {
-    let pair = usize::from(n % 100) * 2;
-    if n >= 100 {
-        line.extend_from_slice(&[b'0' + n / 100, PAIRS[pair], PAIRS[pair + 1]]);
-    } else if n >= 10 {
-        line.extend_from_slice(&[PAIRS[pair], PAIRS[pair + 1]]);
-    } else {
-        line.push(b'0' + n);
-    }
+    written(line, |out| decimal::byte(out, 0, n));
 }
 
-/// How many decimal digits `n` has (at least 1), without a loop: the bit length gives the count
-/// to within one (log10(2) is about 1233/4096), and one comparison settles it.
+/// Appends what `write` writes at the start of the slice it is given (24 bytes, of which it may
+/// store into all but returns how many it wrote): room added with a fixed-size copy, so there
+/// is no call to memcpy for a copy of a length known only at run time.
 #[inline(always)]
-fn decimal_digits(n: u64) -> usize {
-    let bits = u64::BITS - (n | 1).leading_zeros();
-    let guess = ((bits * 1233) >> 12) as usize;
-    guess + usize::from(n >= POWERS_OF_TEN[guess])
-}
-
-/// 10^0 to 10^19, for [`decimal_digits`].
-const POWERS_OF_TEN: [u64; 20] = {
-    let mut powers = [1u64; 20];
-    let mut i = 1;
-    while i < 20 {
-        powers[i] = powers[i - 1] * 10;
-        i += 1;
-    }
-    powers
-};
-
-/// The two-digit strings "00" to "99", end to end.
-const PAIRS: &[u8; 200] = b"\
-0001020304050607080910111213141516171819\
-2021222324252627282930313233343536373839\
-4041424344454647484950515253545556575859\
-6061626364656667686970717273747576777879\
-8081828384858687888990919293949596979899";
-
-/// Appends the last `count` decimal digits of `n`, with leading zeros if it has fewer. The
-/// digits are written in place into room added with a fixed-size copy: no call to memcpy for a
-/// copy of a length known only at run time, which is what a number per field would cost.
-#[inline(always)]
-fn digits(line: &mut Vec<u8>, n: u64, count: usize) {
+fn written(line: &mut Vec<u8>, write: impl FnOnce(&mut [u8]) -> usize) {
     let at = line.len();
-    line.extend_from_slice(&[b'0'; 20]);
-    digits_into(&mut line[at..at + count], n);
-    line.truncate(at + count);
-}
-
-/// Fills `out` with the last `out.len()` decimal digits of `n`, with leading zeros if it has
-/// fewer.
-#[inline(always)]
-fn digits_into(out: &mut [u8], mut n: u64) {
-    let mut end = out.len();
-    // Four digits per division where there are four, then two, then one.
-    while end >= 4 {
-        let four = (n % 10_000) as usize;
-        n /= 10_000;
-        let (high, low) = (four / 100 * 2, four % 100 * 2);
-        out[end - 4..end - 2].copy_from_slice(&PAIRS[high..high + 2]);
-        out[end - 2..end].copy_from_slice(&PAIRS[low..low + 2]);
-        end -= 4;
-    }
-    while end >= 2 {
-        let pair = (n % 100) as usize * 2;
-        n /= 100;
-        out[end - 2..end].copy_from_slice(&PAIRS[pair..pair + 2]);
-        end -= 2;
-    }
-    if end == 1 {
-        out[0] = b'0' + (n % 10) as u8;
-    }
+    line.extend_from_slice(&[0; 24]);
+    let len = write(&mut line[at..]);
+    line.truncate(at + len);
 }
 
 /// Appends each field as a JSON entry, and the opcode's name after the opcode (the BTH's first
@@ -232,8 +166,9 @@ impl<'a> Visit<'a> for Entries<'_> {
 fn epoch(line: &mut Vec<u8>, t: Duration) {
     line.push(b'"');
     number(line, t.as_secs());
-    line.push(b'.');
-    digits(line, t.subsec_nanos().into(), 9);
+    let nanos = t.subsec_nanos();
+    line.extend_from_slice(&[b'.', b'0' + (nanos / 100_000_000) as u8]);
+    written(line, |out| decimal::exactly_8(out, 0, nanos % 100_000_000));
     line.push(b'"');
 }
 

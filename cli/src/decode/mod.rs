@@ -153,9 +153,10 @@ fn render_records(
 ) {
     batch.render_each(|record, out, tally| {
         let since_first = record.timestamp.saturating_sub(first_time);
-        match record.frame() {
+        // Matched by reference: moving the frame out of the result would copy its 400 bytes.
+        match &record.frame() {
             Ok(frame) => {
-                let description = Description::new(&frame);
+                let description = Description::new(frame);
                 tally.roce(frame.repr.bth.opcode, description.icrc().is_ok());
                 match view {
                     View::Line => text::line(out, record, since_first, &description),
@@ -169,9 +170,9 @@ fn render_records(
             Err(error) => {
                 tally.malformed();
                 match view {
-                    View::Line | View::Tree => text::malformed(out, record, since_first, &error),
+                    View::Line | View::Tree => text::malformed(out, record, since_first, error),
                     View::Json { every_field } => {
-                        json::malformed(out, every_field, record, file, &error)
+                        json::malformed(out, every_field, record, file, error)
                     }
                 }
             }

@@ -5,7 +5,9 @@
 //! what is left per packet is a list of steps, each a piece of fixed text (the keys between two
 //! values, already quoted, and whatever else the layout fixes: the opcode, its name, a string
 //! value's quotes) copied whole as one fixed-size block, and one value read from a known offset
-//! (or from the record: its number, time and lengths).
+//! (or taken from the layout: lengths and the ICRC), written the cheapest way its field's width
+//! allows ([`decimal`]). The record's own fields (number, time, lengths) come first in every
+//! plan and are written straight, before the steps.
 //!
 //! Management datagrams have no layout key (their fields follow their contents); they, and any
 //! frame a plan could not be made for, are written by walking the tables.
@@ -16,12 +18,12 @@ use roce_wire::capture::Record;
 use roce_wire::describe::{wire_order, Description, Field, LayoutKey, Source, Value};
 use roce_wire::{Ipv6Address, Layer};
 
-use super::{decimal_digits, digits_into, opcode_name_entry, HEX, PAIRS};
+use super::{decimal, opcode_name_entry, HEX};
 
 /// The room for each step's fixed text: copied whole, a block of a size known when compiling is
 /// a few vector moves, where a copy of a length known only at run time is a call to memcpy.
 /// Longer text takes several steps.
-const TEXT: usize = 64;
+const TEXT: usize = 32;
 /// Room past a line's end that a step may write into before the line is cut back: the rest of
 /// a text block, or a `false` written as eight bytes.
 const SLACK: usize = TEXT + 8;
@@ -29,19 +31,43 @@ const SLACK: usize = TEXT + 8;
 /// layouts keeps its memory flat).
 const MAX_PLANS: usize = 1024;
 
-/// How one value is read from a frame of the plan's layout and written.
+/// Where a number lies: `(the 8 bytes from at, big-endian, & mask) >> shift, times scale`
+/// (the 8 bytes that end with the field's last byte).
+#[derive(Debug, Clone, Copy)]
+struct Bits {
+    at: u16,
+    mask: u64,
+    shift: u8,
+    scale: u8,
+}
+
+impl Bits {
+    #[inline(always)]
+    fn read(self, bytes: &[u8]) -> u64 {
+        ((be_eight(bytes, self.at) & self.mask) >> self.shift) * u64::from(self.scale)
+    }
+
+    /// The largest value the field can have.
+    fn max(self) -> u64 {
+        (self.mask >> self.shift).saturating_mul(self.scale.into())
+    }
+}
+
+/// How one value is read from a frame of the plan's layout and written. Numbers are sorted by
+/// the most digits their field can have, each written its cheapest way.
 #[derive(Debug, Clone, Copy)]
 enum Read {
-    /// `(the 8 bytes ending at end, big-endian, & mask) >> shift, times scale`.
-    Number {
-        end: u16,
-        mask: u64,
-        shift: u8,
-        scale: u8,
-    },
-    /// Whether the 8 bytes ending at `end` have any bit of `mask`.
+    /// A number of one digit.
+    Digit(Bits),
+    /// A number below 256.
+    Byte(Bits),
+    /// A number below 10^8.
+    Up8(Bits),
+    /// Any number.
+    Wide(Bits),
+    /// Whether the 8 bytes from `at` have any bit of `mask`.
     Flag {
-        end: u16,
+        at: u16,
         mask: u64,
     },
     Mac {
@@ -57,49 +83,51 @@ enum Read {
         at: u16,
         len: u16,
     },
-    PayloadAndPadLen,
-    PayloadLen,
+    /// A number that comes from the record or the frame's layout rather than its bytes.
+    Count(Count),
     Pad,
     EthPadding,
-    Icrc,
-    IcrcExpected,
     IcrcStatus,
-    /// The record's own fields.
-    FrameNumber,
-    Epoch,
-    FrameLen,
-    CapLen,
-    /// The capture's name, escaped as JSON (the room for it is added per packet).
-    File,
     /// No value: the text goes on in the next step.
     Nothing,
 }
 
 impl Read {
-    /// The most bytes the value can take (the Ethernet padding's are added per packet).
+    /// A number's read, by the most digits it can have.
+    fn number(bits: Bits) -> Read {
+        match bits.max() {
+            0..=9 => Read::Digit(bits),
+            10..=255 => Read::Byte(bits),
+            256..=99_999_999 => Read::Up8(bits),
+            _ => Read::Wide(bits),
+        }
+    }
+
+    /// The most bytes the value can take, with what its writer stores past its end (the
+    /// Ethernet padding's are added per packet).
     fn max_len(self) -> usize {
         match self {
-            Read::Number { .. } | Read::PayloadAndPadLen | Read::PayloadLen => 20,
-            Read::Icrc | Read::IcrcExpected => 10,
-            Read::Flag { .. } => 5,
+            Read::Digit(_) | Read::Byte(_) => 4,
+            Read::Up8(_) => 8,
+            Read::Wide(_) | Read::Count(_) => 24,
+            Read::Flag { .. } | Read::IcrcStatus => 8,
             Read::Mac { .. } => 17,
-            Read::Ipv4 { .. } => 15,
+            Read::Ipv4 { .. } => 16,
             Read::Ipv6 { .. } => 48,
             Read::Bytes { len, .. } => 3 * usize::from(len),
             // At most three pad bytes.
             Read::Pad => 9,
-            Read::EthPadding | Read::File | Read::Nothing => 0,
-            Read::IcrcStatus => 3,
-            Read::FrameNumber | Read::FrameLen | Read::CapLen => 20,
-            // Seconds, a point and nine digits.
-            Read::Epoch => 30,
+            Read::EthPadding | Read::Nothing => 0,
         }
     }
 
     /// The frame's bytes the value is read from must end by this.
     fn frame_end(self) -> usize {
         match self {
-            Read::Number { end, .. } | Read::Flag { end, .. } => end.into(),
+            Read::Digit(bits) | Read::Byte(bits) | Read::Up8(bits) | Read::Wide(bits) => {
+                usize::from(bits.at) + 8
+            }
+            Read::Flag { at, .. } => usize::from(at) + 8,
             Read::Mac { at } => usize::from(at) + 6,
             Read::Ipv4 { at } => usize::from(at) + 4,
             Read::Ipv6 { at } => usize::from(at) + 16,
@@ -112,17 +140,12 @@ impl Read {
     fn quoted(self) -> bool {
         !matches!(
             self,
-            Read::Number { .. }
+            Read::Digit(_)
+                | Read::Byte(_)
+                | Read::Up8(_)
+                | Read::Wide(_)
                 | Read::Flag { .. }
-                | Read::PayloadAndPadLen
-                | Read::PayloadLen
-                | Read::Icrc
-                | Read::IcrcExpected
-                | Read::FrameNumber
-                | Read::Epoch
-                | Read::FrameLen
-                | Read::CapLen
-                | Read::File
+                | Read::Count(_)
                 | Read::Nothing
         )
     }
@@ -142,6 +165,8 @@ struct Step {
 pub struct Plan {
     /// The last one's text ends the object and the line.
     steps: Vec<Step>,
+    /// Whether the record's own fields include its captured length.
+    every_field: bool,
     /// The frame must be at least this long for every read to fall within it (it always is,
     /// for a frame of the plan's layout; a frame that is not is walked instead).
     frame_len: usize,
@@ -153,11 +178,7 @@ pub struct Plan {
 impl Plan {
     /// The plan for frames laid out as `description`'s, or `None` if its fields cannot be
     /// read by offsets alone.
-    fn compile<'a>(
-        description: &Description<'_, 'a>,
-        every_field: bool,
-        with_file: bool,
-    ) -> Option<Plan> {
+    fn compile<'a>(description: &Description<'_, 'a>, every_field: bool) -> Option<Plan> {
         let mut fields = Vec::with_capacity(64);
         let collect = |field: &Field<'a>| {
             fields.push(field.clone());
@@ -170,24 +191,13 @@ impl Plan {
         let bth = description.frame().layout.bth.start;
         let mut plan = Plan {
             steps: Vec::with_capacity(fields.len() + 8),
+            every_field,
             frame_len: 0,
-            max_len: SLACK,
+            max_len: SLACK + RECORD_FIELDS,
         };
-        // The record's own fields, as `super::start` writes them.
+        // The record's own fields are written before the steps (see `Plan::write`), and the
+        // first step's text goes on from them.
         let mut text = Vec::new();
-        for (key, read) in [
-            (&b"{\"frame.number\":"[..], Some(Read::FrameNumber)),
-            (b",\"frame.time_epoch\":\"", Some(Read::Epoch)),
-            (b"\",\"frame.len\":", Some(Read::FrameLen)),
-            (b",\"frame.cap_len\":", every_field.then_some(Read::CapLen)),
-            (b",\"roce.file\":", with_file.then_some(Read::File)),
-        ] {
-            if let Some(read) = read {
-                text.extend_from_slice(key);
-                plan.push(&text, read);
-                text.clear();
-            }
-        }
         let mut opcode_named = false;
         for field in &fields {
             let (padded, len) = field.padded_json_entry();
@@ -242,13 +252,13 @@ impl Plan {
     /// describes, and its newline to `line`; `false` (and nothing appended) if the frame is
     /// shorter than the layout's (which a parsed frame of this layout never is).
     ///
-    /// The line is written into `scratch` and then appended whole: room that is already there,
+    /// The line is written into `room` and then appended whole: room that is already there,
     /// where making room in `line` would fill it first. A line that might not fit (a frame with
     /// kilobytes of padding, a file name of hundreds of characters) is left to the walk.
     fn write(
         &self,
         line: &mut Vec<u8>,
-        scratch: &mut Scratch,
+        room: &mut Room,
         record: &Record,
         file: Option<&str>,
         description: &Description,
@@ -260,39 +270,51 @@ impl Plan {
         }
         let layout = &frame.layout;
         let icrc = description.icrc();
-        let file = file.unwrap_or("");
         // Escaped, a byte of the name takes at most six (`\u001f`), plus the quotes.
-        let room = self.max_len + 3 * layout.trailer.len() + 6 * file.len() + 2;
-        if room > LINE {
+        let longest = self.max_len + 3 * layout.trailer.len() + file.map_or(0, |f| 6 * f.len() + 2);
+        if longest > LINE {
             return false;
         }
-        let out = &mut scratch[..];
-        let mut pos = 0;
+        let Room { line: out, seconds } = room;
+        let out = &mut out[..];
+        let pos = record_fields(out, seconds, record, self.every_field, file);
+        let mut pos = pos;
+        let ok = icrc.is_ok();
+        // Where the ICRC found was written, and how long: the one expected is the same text
+        // when the two agree.
+        let mut found = (0, 0);
+        // Looked up by each step that writes one, rather than worked out in each such step:
+        // the compiler would hoist the work out of the loop and do all of it for every packet.
+        let mut counts = [0; COUNTS];
+        for (count, value) in [
+            (
+                Count::PayloadAndPadLen,
+                (layout.pad.end - layout.payload.start) as u64,
+            ),
+            (Count::PayloadLen, layout.payload.len() as u64),
+            (Count::Icrc, wire_order(icrc.found).into()),
+            (Count::IcrcExpected, wire_order(icrc.expected).into()),
+        ] {
+            counts[count as usize] = value;
+        }
         for step in &self.steps {
-            // `pos` is below `room`, so this changes nothing; but it shows the compiler that
-            // the copies that follow fall within the scratch, which it then need not check.
+            // `pos` is below `longest`, so this changes nothing; but it shows the compiler that
+            // the copies that follow fall within the room, which it then need not check.
             pos &= LINE - 1;
             out[pos..pos + TEXT].copy_from_slice(&step.text);
             pos += usize::from(step.len);
             pos = match step.read {
-                Read::Number {
-                    end,
-                    mask,
-                    shift,
-                    scale,
-                } => {
-                    let n = (be_ending_at(bytes, end) & mask) >> shift;
-                    number(out, pos, n * u64::from(scale))
+                Read::Digit(bits) => {
+                    out[pos] = b'0' + bits.read(bytes) as u8;
+                    pos + 1
                 }
-                Read::Flag { end, mask } => {
-                    let set = be_ending_at(bytes, end) & mask != 0;
-                    let (text, len) = if set {
-                        (b"true    ", 4)
-                    } else {
-                        (b"false   ", 5)
-                    };
-                    out[pos..pos + 8].copy_from_slice(text);
-                    pos + len
+                Read::Byte(bits) => decimal::byte(out, pos, bits.read(bytes) as u8),
+                Read::Up8(bits) => decimal::up_to_8(out, pos, bits.read(bytes) as u32),
+                Read::Wide(bits) => decimal::any(out, pos, bits.read(bytes)),
+                Read::Flag { at, mask } => {
+                    let set = usize::from(be_eight(bytes, at) & mask != 0);
+                    out[pos..pos + 8].copy_from_slice(&FLAGS[set]);
+                    pos + 5 - set
                 }
                 Read::Mac { at } => {
                     let at = usize::from(at);
@@ -301,13 +323,13 @@ impl Plan {
                 Read::Ipv4 { at } => {
                     let at = usize::from(at);
                     let [a, b, c, d] = array(&bytes[at..at + 4]);
-                    let pos = octet(out, pos, a);
+                    let pos = decimal::byte(out, pos, a);
                     out[pos] = b'.';
-                    let pos = octet(out, pos + 1, b);
+                    let pos = decimal::byte(out, pos + 1, b);
                     out[pos] = b'.';
-                    let pos = octet(out, pos + 1, c);
+                    let pos = decimal::byte(out, pos + 1, c);
                     out[pos] = b'.';
-                    octet(out, pos + 1, d)
+                    decimal::byte(out, pos + 1, d)
                 }
                 Read::Ipv6 { at } => {
                     let at = usize::from(at);
@@ -322,45 +344,108 @@ impl Plan {
                     let at = usize::from(at);
                     hex(out, pos, &bytes[at..at + usize::from(len)])
                 }
-                Read::PayloadAndPadLen => {
-                    number(out, pos, (layout.pad.end - layout.payload.start) as u64)
-                }
-                Read::PayloadLen => number(out, pos, layout.payload.len() as u64),
-                Read::Pad => hex(out, pos, &bytes[layout.pad.clone()]),
-                Read::EthPadding => hex(out, pos, &bytes[layout.trailer.clone()]),
-                Read::Icrc => number(out, pos, wire_order(icrc.found).into()),
-                Read::IcrcExpected => number(out, pos, wire_order(icrc.expected).into()),
-                Read::IcrcStatus => {
-                    let (text, len) = if icrc.is_ok() {
-                        (b"ok ", 2)
-                    } else {
-                        (b"bad", 3)
-                    };
-                    out[pos..pos + 3].copy_from_slice(text);
+                Read::Count(Count::IcrcExpected) if ok && found.1 != 0 => {
+                    let (at, len) = found;
+                    let text: [u8; 16] = array(&out[at..at + 16]);
+                    out[pos..pos + 16].copy_from_slice(&text);
                     pos + len
                 }
-                Read::FrameNumber => number(out, pos, record.number),
-                Read::Epoch => {
-                    let t = record.timestamp;
-                    let pos = number(out, pos, t.as_secs());
-                    out[pos] = b'.';
-                    digits_into(&mut out[pos + 1..pos + 10], t.subsec_nanos().into());
-                    pos + 10
+                Read::Count(count) => {
+                    let end = decimal::any(out, pos, counts[count as usize]);
+                    if count == Count::Icrc {
+                        found = (pos, end - pos);
+                    }
+                    end
                 }
-                Read::FrameLen => number(out, pos, record.original_len.into()),
-                Read::CapLen => number(out, pos, record.data.len() as u64),
-                Read::File => {
-                    let mut room = &mut out[pos..];
-                    let before = room.len();
-                    // The room is the most the escaped name takes, so this cannot fail.
-                    let _ = serde_json::to_writer(&mut room, file);
-                    pos + before - room.len()
+                Read::Pad => hex(out, pos, &bytes[layout.pad.clone()]),
+                Read::EthPadding => hex(out, pos, &bytes[layout.trailer.clone()]),
+                Read::IcrcStatus => {
+                    let ok = usize::from(ok);
+                    out[pos..pos + 4].copy_from_slice(&STATUS[ok]);
+                    pos + 3 - ok
                 }
                 Read::Nothing => pos,
             };
         }
         line.extend_from_slice(&out[..pos]);
         true
+    }
+}
+
+/// The numbers of a packet that come from its record or its frame's layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Count {
+    /// Payload and pad bytes (tshark's `data.len`).
+    PayloadAndPadLen,
+    PayloadLen,
+    /// The ICRC found, and the one computed, as the four bytes read in wire order.
+    Icrc,
+    IcrcExpected,
+}
+const COUNTS: usize = Count::IcrcExpected as usize + 1;
+
+/// The most the record's own fields take, but for the file's name: their keys and 24 bytes for
+/// each number (what [`decimal::any`] stores).
+const RECORD_FIELDS: usize = 16 + 24 + 21 + 24 + 10 + 14 + 24 + 17 + 24 + 13;
+
+/// Writes the record's own fields, as `super::start` does, at the start of `out` (the frame's
+/// begin the first step's text); returns where they end.
+#[inline(always)]
+fn record_fields(
+    out: &mut [u8],
+    seconds: &mut Seconds,
+    record: &Record,
+    every_field: bool,
+    file: Option<&str>,
+) -> usize {
+    out[..16].copy_from_slice(b"{\"frame.number\":");
+    let pos = decimal::any(out, 16, record.number);
+    out[pos..pos + 21].copy_from_slice(b",\"frame.time_epoch\":\"");
+    let t = record.timestamp;
+    let pos = seconds.write(out, pos + 21, t.as_secs());
+    let nanos = t.subsec_nanos();
+    out[pos..pos + 2].copy_from_slice(&[b'.', b'0' + (nanos / 100_000_000) as u8]);
+    let pos = decimal::exactly_8(out, pos + 2, nanos % 100_000_000);
+    out[pos..pos + 14].copy_from_slice(b"\",\"frame.len\":");
+    let mut pos = decimal::any(out, pos + 14, record.original_len.into());
+    if every_field {
+        out[pos..pos + 17].copy_from_slice(b",\"frame.cap_len\":");
+        pos = decimal::any(out, pos + 17, record.data.len() as u64);
+    }
+    if let Some(file) = file {
+        out[pos..pos + 13].copy_from_slice(b",\"roce.file\":");
+        let mut room = &mut out[pos + 13..];
+        let before = room.len();
+        // The room is the most the escaped name takes, so this cannot fail.
+        let _ = serde_json::to_writer(&mut room, file);
+        pos += 13 + before - room.len();
+    }
+    pos
+}
+
+/// A flag's value, eight bytes stored whatever its length.
+const FLAGS: [[u8; 8]; 2] = [*b"false   ", *b"true    "];
+/// The ICRC's verdict, likewise.
+const STATUS: [[u8; 4]; 2] = [*b"bad ", *b"ok  "];
+
+/// The seconds of the last timestamp written, as text: a capture's records share their second
+/// with the ones around them, so it is written once per second rather than once per record.
+struct Seconds {
+    secs: u64,
+    text: [u8; 24],
+    len: usize,
+}
+
+impl Seconds {
+    /// Writes `secs` at `pos`, storing 24 bytes; returns where it ends.
+    #[inline(always)]
+    fn write(&mut self, out: &mut [u8], pos: usize, secs: u64) -> usize {
+        if secs != self.secs {
+            self.secs = secs;
+            self.len = decimal::any(&mut self.text, 0, secs);
+        }
+        out[pos..pos + 24].copy_from_slice(&self.text);
+        pos + self.len
     }
 }
 
@@ -371,7 +456,7 @@ fn read_of(field: &Field) -> Option<Read> {
     let len = u16::try_from(field.bytes.len()).ok()?;
     let end = at.checked_add(len)?;
     // The field's bits within the eight bytes that end with it.
-    let bits = || -> Option<(u64, u8)> {
+    let bits = |scale: u8| -> Option<Bits> {
         if end < 8 || len > 8 {
             return None;
         }
@@ -380,81 +465,48 @@ fn read_of(field: &Field) -> Option<Read> {
             _ => (1u64 << (8 * len)) - 1,
         };
         let mask = field.mask().map_or(whole, u64::from);
-        Some((mask, mask.trailing_zeros() as u8))
+        Some(Bits {
+            at: end - 8,
+            mask,
+            shift: mask.trailing_zeros() as u8,
+            scale,
+        })
     };
     Some(match field.source() {
-        Source::Number { scale, .. } => {
-            let (mask, shift) = bits()?;
-            Read::Number {
-                end,
-                mask,
-                shift,
-                scale,
+        Source::Number { scale, .. } => Read::number(bits(scale)?),
+        Source::Flag => {
+            let bits = bits(1)?;
+            Read::Flag {
+                at: bits.at,
+                mask: bits.mask,
             }
         }
-        Source::Flag => Read::Flag {
-            end,
-            mask: bits()?.0,
-        },
         Source::Mac if len == 6 => Read::Mac { at },
         Source::Ipv4 if len == 4 => Read::Ipv4 { at },
         Source::Ipv6 if len == 16 => Read::Ipv6 { at },
         Source::Bytes => Read::Bytes { at, len },
         Source::Mac | Source::Ipv4 | Source::Ipv6 => return None,
-        Source::PayloadAndPadLen => Read::PayloadAndPadLen,
-        Source::PayloadLen => Read::PayloadLen,
+        Source::PayloadAndPadLen => Read::Count(Count::PayloadAndPadLen),
+        Source::PayloadLen => Read::Count(Count::PayloadLen),
         Source::Pad => Read::Pad,
         Source::EthPadding => Read::EthPadding,
-        Source::Icrc => Read::Icrc,
-        Source::IcrcExpected => Read::IcrcExpected,
+        Source::Icrc => Read::Count(Count::Icrc),
+        Source::IcrcExpected => Read::Count(Count::IcrcExpected),
         Source::IcrcStatus => Read::IcrcStatus,
     })
 }
 
-/// The eight bytes of `bytes` that end at `end`, as a big-endian number.
+/// The eight bytes of `bytes` from `at`, as a big-endian number.
 #[inline(always)]
-fn be_ending_at(bytes: &[u8], end: u16) -> u64 {
-    let end = usize::from(end);
-    u64::from_be_bytes(array(&bytes[end - 8..end]))
+fn be_eight(bytes: &[u8], at: u16) -> u64 {
+    let at = usize::from(at);
+    u64::from_be_bytes(array(&bytes[at..at + 8]))
 }
 
 /// `raw` as an array (it is exactly `N` long): a fixed-size load rather than a memcpy call.
 #[inline(always)]
 fn array<const N: usize>(raw: &[u8]) -> [u8; N] {
     raw.try_into().unwrap_or([0; N])
-}
-
-/// Writes `n` in decimal at `pos`; returns where it ends.
-#[inline(always)]
-fn number(out: &mut [u8], pos: usize, n: u64) -> usize {
-    if n < 10 {
-        out[pos] = b'0' + n as u8;
-        pos + 1
-    } else if n < 100 {
-        let pair = n as usize * 2;
-        out[pos..pos + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
-        pos + 2
-    } else {
-        let count = decimal_digits(n);
-        digits_into(&mut out[pos..pos + count], n);
-        pos + count
-    }
-}
-
-/// An address byte in decimal at `pos`; returns where it ends.
-#[inline(always)]
-fn octet(out: &mut [u8], pos: usize, n: u8) -> usize {
-    let pair = usize::from(n % 100) * 2;
-    if n >= 100 {
-        out[pos..pos + 3].copy_from_slice(&[b'0' + n / 100, PAIRS[pair], PAIRS[pair + 1]]);
-        pos + 3
-    } else if n >= 10 {
-        out[pos..pos + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
-        pos + 2
-    } else {
-        out[pos] = b'0' + n;
-        pos + 1
-    }
 }
 
 /// Bytes as tshark shows them, two hex digits each separated by colons, at `pos`; returns
@@ -479,20 +531,22 @@ fn hex(out: &mut [u8], pos: usize, bytes: &[u8]) -> usize {
 pub struct Plans {
     by_opcode: Vec<Vec<Entry>>,
     count: usize,
-    scratch: Box<Scratch>,
+    room: Box<Room>,
 }
 
 /// The longest line a plan writes (longer ones are left to the walk).
 const LINE: usize = 4096;
 
 /// Where a plan writes a line: twice the longest, so that a write that starts within the first
-/// half never needs checking against the end.
-type Scratch = [u8; 2 * LINE];
+/// half never needs checking against the end; and the seconds of the last timestamp.
+struct Room {
+    line: [u8; 2 * LINE],
+    seconds: Seconds,
+}
 
 struct Entry {
     key: LayoutKey,
     every_field: bool,
-    with_file: bool,
     /// `None` for a layout no plan can be made for (kept so as not to try again).
     plan: Option<Plan>,
 }
@@ -502,15 +556,22 @@ impl Default for Plans {
         Plans {
             by_opcode: (0..=u8::MAX).map(|_| Vec::new()).collect(),
             count: 0,
-            scratch: Box::new([0; 2 * LINE]),
+            room: Box::new(Room {
+                line: [0; 2 * LINE],
+                seconds: Seconds {
+                    secs: 0,
+                    text: *b"0                       ",
+                    len: 1,
+                },
+            }),
         }
     }
 }
 
 impl Plans {
     /// Appends `record`'s object and its newline to `line` by the plan for its frame's layout
-    /// in this view (every field or the essential ones, with the file's name or without), made
-    /// now if it is the first of its layout; `false` (and nothing appended) for a frame whose
+    /// in this view (every field or the essential ones), made now if it is the first of its
+    /// layout; `false` (and nothing appended) for a frame whose
     /// fields are not fixed by its layout.
     pub fn write(
         &mut self,
@@ -523,10 +584,9 @@ impl Plans {
         let Some(key) = description.layout_key() else {
             return false;
         };
-        let with_file = file.is_some();
         let found = self.by_opcode[usize::from(key.opcode())]
             .iter()
-            .position(|e| e.key == key && e.every_field == every_field && e.with_file == with_file);
+            .position(|e| e.key == key && e.every_field == every_field);
         let index = match found {
             Some(index) => index,
             None => {
@@ -539,14 +599,13 @@ impl Plans {
                 slot.push(Entry {
                     key,
                     every_field,
-                    with_file,
-                    plan: Plan::compile(description, every_field, with_file),
+                    plan: Plan::compile(description, every_field),
                 });
                 slot.len() - 1
             }
         };
         match &self.by_opcode[usize::from(key.opcode())][index].plan {
-            Some(plan) => plan.write(line, &mut self.scratch, record, file, description),
+            Some(plan) => plan.write(line, &mut self.room, record, file, description),
             None => false,
         }
     }
@@ -562,19 +621,5 @@ mod tests {
         let end = hex(&mut out, 1, &[0x00, 0xab, 0x7f]);
         assert_eq!(&out[1..end], b"00:ab:7f");
         assert_eq!(hex(&mut out, 5, &[]), 5);
-    }
-
-    #[test]
-    fn numbers_and_octets_are_plain_decimal() {
-        for n in [0u64, 7, 10, 99, 100, 4095, 65_535, 16_777_215, u64::MAX] {
-            let mut out = [0u8; 40];
-            let end = number(&mut out, 3, n);
-            assert_eq!(&out[3..end], n.to_string().as_bytes());
-        }
-        for n in 0..=u8::MAX {
-            let mut out = [0u8; 8];
-            let end = octet(&mut out, 1, n);
-            assert_eq!(&out[1..end], n.to_string().as_bytes());
-        }
     }
 }
