@@ -60,6 +60,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
         self.buffer.as_ref()[field::OPCODE]
     }
 
+    #[inline]
     pub fn opcode(&self) -> Result<Opcode, Error> {
         Opcode::from_u8(self.opcode_raw())
     }
@@ -84,6 +85,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
         self.buffer.as_ref()[field::FLAGS] & 0xf
     }
 
+    #[inline]
     pub fn p_key(&self) -> u16 {
         be::u16(&self.buffer.as_ref()[field::P_KEY])
     }
@@ -98,6 +100,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
         self.buffer.as_ref()[field::ECN] & 0x40 != 0
     }
 
+    #[inline]
     pub fn dest_qp(&self) -> u32 {
         be::u24(&self.buffer.as_ref()[field::DEST_QP])
     }
@@ -107,6 +110,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
         self.buffer.as_ref()[field::ACK_REQ] & 0x80 != 0
     }
 
+    #[inline]
     pub fn psn(&self) -> u32 {
         be::u24(&self.buffer.as_ref()[field::PSN])
     }

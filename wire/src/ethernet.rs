@@ -44,7 +44,6 @@ impl EthernetRepr {
         bytes: &[u8],
     ) -> Result<(EthernetRepr, u16, Option<core::ops::Range<usize>>), Error> {
         check_len(Layer::Ethernet, HEADER_LEN, bytes.len())?;
-        let eth = EthernetFrame::new_unchecked(bytes);
         let mut ethertype = be::u16(&bytes[12..14]);
         let mut vlan = None;
         let mut tag_bytes = None;
@@ -55,9 +54,16 @@ impl EthernetRepr {
             ethertype = inner;
             tag_bytes = Some(HEADER_LEN..HEADER_LEN + TAG_LEN);
         }
+        // The addresses straight from the bytes: smoltcp's accessors are calls that check the
+        // length again, on every packet decoded.
+        let address = |at: usize| {
+            let mut octets = [0; 6];
+            octets.copy_from_slice(&bytes[at..at + 6]);
+            EthernetAddress(octets)
+        };
         let repr = EthernetRepr {
-            dst: eth.dst_addr(),
-            src: eth.src_addr(),
+            dst: address(0),
+            src: address(6),
             vlan,
         };
         Ok((repr, ethertype, tag_bytes))

@@ -405,6 +405,7 @@ impl Opcode {
     }
 
     /// Validates a raw opcode byte.
+    #[inline]
     pub const fn from_u8(value: u8) -> Result<Opcode, Error> {
         if value == 0x81 {
             return Ok(Opcode::CNP);

@@ -28,19 +28,113 @@ mod plan;
 
 pub use plan::Plans;
 
-/// Appends one packet's object and its newline to `line`, by the plan for its layout in
-/// `plans` where it has one.
-pub fn packet(
+/// A batch's output while its JSON lines are written into it. The lines so far end at `end`;
+/// past them the output holds room, already initialized, that a plan writes the next line into
+/// where it stays: no copy per line, only the zeroing of the room as it is added (the vector
+/// keeps its capacity from batch to batch); [`Lines::finish`] cuts the output back to the
+/// lines.
+pub struct Lines {
+    end: usize,
+    /// A line written by walking the description, before it is put in place.
+    walked: Vec<u8>,
+}
+
+/// Room kept past the lines: what a plan writes a line into.
+const ROOM: usize = plan::ROOM;
+/// How much room is added at a time, past the line that needs it: a line or two, so the
+/// zeroing is a short run of vector stores.
+const GROW: usize = 1 << 10;
+
+impl Lines {
+    /// Starts after what `out` already holds.
+    pub fn new(out: &[u8]) -> Lines {
+        Lines {
+            end: out.len(),
+            walked: Vec::new(),
+        }
+    }
+
+    /// The room after the lines, made if need be.
+    fn room<'o>(&self, out: &'o mut Vec<u8>) -> &'o mut [u8; ROOM] {
+        if out.len() < self.end + ROOM {
+            out.resize(self.end + ROOM + GROW, 0);
+        }
+        let room = &mut out[self.end..self.end + ROOM];
+        room.try_into().expect("the room is ROOM long")
+    }
+
+    /// Appends the line `write` appends to an empty vector.
+    fn append(&mut self, out: &mut Vec<u8>, write: impl FnOnce(&mut Vec<u8>)) {
+        let mut line = std::mem::take(&mut self.walked);
+        line.clear();
+        write(&mut line);
+        match self.room(out).get_mut(..line.len()) {
+            Some(room) => room.copy_from_slice(&line),
+            // Longer than the room (kilobytes of Ethernet padding shown as hex): the room goes,
+            // and comes back at the next line.
+            None => {
+                out.truncate(self.end);
+                out.extend_from_slice(&line);
+            }
+        }
+        self.end += line.len();
+        self.walked = line;
+    }
+
+    /// Cuts `out` back to the lines written.
+    pub fn finish(self, out: &mut Vec<u8>) {
+        out.truncate(self.end);
+    }
+
+    /// Appends one packet's object and its newline, by the plan for its layout in `plans`
+    /// where it has one.
+    pub fn packet(
+        &mut self,
+        out: &mut Vec<u8>,
+        plans: &mut Plans,
+        every_field: bool,
+        record: &Record,
+        file: Option<&str>,
+        description: &Description,
+    ) {
+        let room = self.room(out);
+        if let Some(len) = plans.write(room, every_field, record, file, description) {
+            self.end += len;
+            return;
+        }
+        self.append(out, |line| {
+            walk(line, every_field, record, file, description)
+        });
+    }
+
+    /// Appends the object of a record that is RoCE but malformed: the record's own fields and
+    /// why.
+    pub fn malformed(
+        &mut self,
+        out: &mut Vec<u8>,
+        every_field: bool,
+        record: &Record,
+        file: Option<&str>,
+        error: &Error,
+    ) {
+        self.append(out, |line| {
+            start(line, every_field, record, file);
+            line.extend_from_slice(b",\"roce.malformed\":");
+            string(line, &error.to_string());
+            line.extend_from_slice(b"}\n");
+        });
+    }
+}
+
+/// Appends one packet's object and its newline to `line`, walking the description: what the
+/// plans are tested against, and how the packets no plan is made for are written.
+fn walk(
     line: &mut Vec<u8>,
-    plans: &mut Plans,
     every_field: bool,
     record: &Record,
     file: Option<&str>,
     description: &Description,
 ) {
-    if plans.write(line, every_field, record, file, description) {
-        return;
-    }
     start(line, every_field, record, file);
     let entries = Entries {
         line: &mut *line,
@@ -51,20 +145,6 @@ pub fn packet(
         false => description.visit_essential(entries),
     }
     .unwrap_or_else(|never: Infallible| match never {});
-    line.extend_from_slice(b"}\n");
-}
-
-/// Appends the object of a record that is RoCE but malformed: the record's own fields and why.
-pub fn malformed(
-    line: &mut Vec<u8>,
-    every_field: bool,
-    record: &Record,
-    file: Option<&str>,
-    error: &Error,
-) {
-    start(line, every_field, record, file);
-    line.extend_from_slice(b",\"roce.malformed\":");
-    string(line, &error.to_string());
     line.extend_from_slice(b"}\n");
 }
 
@@ -225,6 +305,20 @@ mod tests {
     use roce_wire::capture::Reader;
     use std::path::Path;
 
+    /// One packet's line appended to `out`, as the decoder appends it.
+    fn packet(
+        out: &mut Vec<u8>,
+        plans: &mut Plans,
+        every_field: bool,
+        record: &Record,
+        file: Option<&str>,
+        description: &Description,
+    ) {
+        let mut lines = Lines::new(out);
+        lines.packet(out, plans, every_field, record, file, description);
+        lines.finish(out);
+    }
+
     /// The same fields through serde_json: what the fast writer must equal.
     fn through_serde(record: &Record, description: &Description) -> serde_json::Value {
         let mut map = serde_json::Map::new();
@@ -368,6 +462,65 @@ mod tests {
     }
 
     #[test]
+    fn lines_written_one_after_another_are_the_plain_lines_end_to_end() {
+        let mut captures = roce_tests::captures_under(Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../captures"
+        )));
+        captures.extend(roce_tests::captures_under(
+            &roce_tests::shared_captures_dir(),
+        ));
+        let mut plans = Plans::default();
+        let mut lines_seen = 0;
+        for path in &captures {
+            let bytes = std::fs::read(path).expect("reading a capture");
+            for (every_field, file) in [(false, None), (true, Some("x.pcap"))] {
+                let mut reader = Reader::new(&bytes[..]).expect("a capture");
+                let mut out = b"before|".to_vec();
+                let mut expected = String::from("before|");
+                let mut lines = Lines::new(&out);
+                while let Some(record) = reader.next_record() {
+                    let record = record.expect("a whole record");
+                    match record.frame() {
+                        Ok(frame) => {
+                            let description = Description::new(&frame);
+                            lines.packet(
+                                &mut out,
+                                &mut plans,
+                                every_field,
+                                &record,
+                                file,
+                                &description,
+                            );
+                            expected += &plain(every_field, &record, file, &description);
+                        }
+                        Err(Error::NotRoce(_)) => continue,
+                        Err(error) => {
+                            lines.malformed(&mut out, every_field, &record, file, &error);
+                            let mut line = Vec::new();
+                            start(&mut line, every_field, &record, file);
+                            expected += std::str::from_utf8(&line).unwrap();
+                            expected += &format!(
+                                ",\"roce.malformed\":{}}}\n",
+                                serde_json::Value::from(error.to_string())
+                            );
+                        }
+                    }
+                    lines_seen += 1;
+                }
+                lines.finish(&mut out);
+                assert_eq!(
+                    String::from_utf8(out).unwrap(),
+                    expected,
+                    "{}",
+                    path.display()
+                );
+            }
+        }
+        assert!(lines_seen > 400, "only {lines_seen} lines");
+    }
+
+    #[test]
     fn a_line_too_long_for_a_plan_is_walked_and_comes_out_the_same() {
         let bytes = std::fs::read(concat!(
             env!("CARGO_MANIFEST_DIR"),
@@ -382,9 +535,12 @@ mod tests {
             }
         };
         let mut plans = Plans::default();
+        let (mut out, mut expected) = (Vec::new(), String::new());
+        let mut lines = Lines::new(&out);
         // Kilobytes of bytes after the IP packet: shown as Ethernet padding, three characters
-        // each, more than a plan's line holds.
-        for trailer in [0, 2000] {
+        // each, more than a plan's line holds (2000), and more than the room after the lines
+        // (4000); each followed by a line of the usual size.
+        for trailer in [0, 2000, 0, 4000, 0] {
             let mut data = record.data.to_vec();
             data.resize(data.len() + trailer, 0xab);
             let record = Record {
@@ -393,13 +549,12 @@ mod tests {
             };
             let frame = record.frame().expect("a frame");
             let description = Description::new(&frame);
-            let mut out = Vec::new();
-            packet(&mut out, &mut plans, true, &record, None, &description);
-            assert_eq!(
-                String::from_utf8(out).unwrap(),
-                plain(true, &record, None, &description)
-            );
+            lines.packet(&mut out, &mut plans, true, &record, None, &description);
+            expected += &plain(true, &record, None, &description);
         }
+        lines.finish(&mut out);
+        assert!(expected.len() > 20_000);
+        assert_eq!(String::from_utf8(out).unwrap(), expected);
     }
 
     #[test]
@@ -466,13 +621,15 @@ mod tests {
             original_len: 0,
         };
         let mut out = Vec::new();
-        malformed(
+        let mut lines = Lines::new(&out);
+        lines.malformed(
             &mut out,
             false,
             &record,
             Some("a \"quoted\" name.pcap"),
             &Error::UnknownOpcode(0x44),
         );
+        lines.finish(&mut out);
         let v: serde_json::Value = serde_json::from_slice(&out).expect("valid JSON");
         assert_eq!(v["roce.file"], "a \"quoted\" name.pcap");
         assert_eq!(v["frame.time_epoch"], "1.000000005");

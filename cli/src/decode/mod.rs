@@ -151,6 +151,7 @@ fn render_records(
     first_time: std::time::Duration,
     plans: &mut json::Plans,
 ) {
+    let mut lines = json::Lines::new(&batch.out);
     batch.render_each(|record, out, tally| {
         let since_first = record.timestamp.saturating_sub(first_time);
         // Matched by reference: moving the frame out of the result would copy its 400 bytes.
@@ -162,7 +163,7 @@ fn render_records(
                     View::Line => text::line(out, record, since_first, &description),
                     View::Tree => text::tree(out, record, since_first, &description),
                     View::Json { every_field } => {
-                        json::packet(out, plans, every_field, record, file, &description)
+                        lines.packet(out, plans, every_field, record, file, &description)
                     }
                 }
             }
@@ -172,12 +173,15 @@ fn render_records(
                 match view {
                     View::Line | View::Tree => text::malformed(out, record, since_first, error),
                     View::Json { every_field } => {
-                        json::malformed(out, every_field, record, file, error)
+                        lines.malformed(out, every_field, record, file, error)
                     }
                 }
             }
         }
     });
+    if let View::Json { .. } = view {
+        lines.finish(&mut batch.out);
+    }
 }
 
 /// The closing summary, and a line for each capture that ends in damage.

@@ -83,10 +83,14 @@ enum Read {
         at: u16,
         len: u16,
     },
-    /// A number that comes from the record or the frame's layout rather than its bytes.
-    Count(Count),
+    /// The number of payload and pad bytes (tshark's `data.len`).
+    PayloadAndPadLen,
+    PayloadLen,
     Pad,
     EthPadding,
+    /// The ICRC found, and the one computed, as the four bytes read in wire order.
+    Icrc,
+    IcrcExpected,
     IcrcStatus,
     /// No value: the text goes on in the next step.
     Nothing,
@@ -109,7 +113,8 @@ impl Read {
         match self {
             Read::Digit(_) | Read::Byte(_) => 4,
             Read::Up8(_) => 8,
-            Read::Wide(_) | Read::Count(_) => 24,
+            Read::Wide(_) | Read::PayloadAndPadLen | Read::PayloadLen => 24,
+            Read::Icrc | Read::IcrcExpected => 16,
             Read::Flag { .. } | Read::IcrcStatus => 8,
             Read::Mac { .. } => 17,
             Read::Ipv4 { .. } => 16,
@@ -145,7 +150,10 @@ impl Read {
                 | Read::Up8(_)
                 | Read::Wide(_)
                 | Read::Flag { .. }
-                | Read::Count(_)
+                | Read::PayloadAndPadLen
+                | Read::PayloadLen
+                | Read::Icrc
+                | Read::IcrcExpected
                 | Read::Nothing
         )
     }
@@ -248,54 +256,44 @@ impl Plan {
         self.max_len += text.len() + read.max_len();
     }
 
-    /// Appends the object of `record`, whose frame (of this plan's layout) `description`
-    /// describes, and its newline to `line`; `false` (and nothing appended) if the frame is
-    /// shorter than the layout's (which a parsed frame of this layout never is).
+    /// Writes the object of `record`, whose frame (of this plan's layout) `description`
+    /// describes, and its newline at the start of `out`; returns its length, or `None` (and
+    /// nothing written) if the frame is shorter than the layout's (which a parsed frame of this
+    /// layout never is). The bytes after the line are left changed.
     ///
-    /// The line is written into `room` and then appended whole: room that is already there,
-    /// where making room in `line` would fill it first. A line that might not fit (a frame with
-    /// kilobytes of padding, a file name of hundreds of characters) is left to the walk.
+    /// A line that might be longer than [`LINE`] (a frame with kilobytes of padding, a file
+    /// name of hundreds of characters) is left to the walk.
     fn write(
         &self,
-        line: &mut Vec<u8>,
-        room: &mut Room,
+        out: &mut [u8; ROOM],
+        seconds: &mut Seconds,
         record: &Record,
         file: Option<&str>,
         description: &Description,
-    ) -> bool {
+    ) -> Option<usize> {
         let frame = description.frame();
         let bytes = frame.bytes();
         if bytes.len() < self.frame_len {
-            return false;
+            return None;
         }
         let layout = &frame.layout;
         let icrc = description.icrc();
         // Escaped, a byte of the name takes at most six (`\u001f`), plus the quotes.
         let longest = self.max_len + 3 * layout.trailer.len() + file.map_or(0, |f| 6 * f.len() + 2);
         if longest > LINE {
-            return false;
+            return None;
         }
-        let Room { line: out, seconds } = room;
         let out = &mut out[..];
         let pos = record_fields(out, seconds, record, self.every_field, file);
         let mut pos = pos;
         let ok = icrc.is_ok();
-        // Where the ICRC found was written, and how long: the one expected is the same text
-        // when the two agree.
-        let mut found = (0, 0);
-        // Looked up by each step that writes one, rather than worked out in each such step:
-        // the compiler would hoist the work out of the loop and do all of it for every packet.
-        let mut counts = [0; COUNTS];
-        for (count, value) in [
-            (
-                Count::PayloadAndPadLen,
-                (layout.pad.end - layout.payload.start) as u64,
-            ),
-            (Count::PayloadLen, layout.payload.len() as u64),
-            (Count::Icrc, wire_order(icrc.found).into()),
-            (Count::IcrcExpected, wire_order(icrc.expected).into()),
-        ] {
-            counts[count as usize] = value;
+        // Every plan has the ICRC found and the one expected, the same text when they agree:
+        // written once here, copied by their steps.
+        let mut found = [0; 24];
+        let found_len = decimal::any(&mut found, 0, wire_order(icrc.found).into());
+        let (mut expected, mut expected_len) = (found, found_len);
+        if !ok {
+            expected_len = decimal::any(&mut expected, 0, wire_order(icrc.expected).into());
         }
         for step in &self.steps {
             // `pos` is below `longest`, so this changes nothing; but it shows the compiler that
@@ -344,21 +342,20 @@ impl Plan {
                     let at = usize::from(at);
                     hex(out, pos, &bytes[at..at + usize::from(len)])
                 }
-                Read::Count(Count::IcrcExpected) if ok && found.1 != 0 => {
-                    let (at, len) = found;
-                    let text: [u8; 16] = array(&out[at..at + 16]);
-                    out[pos..pos + 16].copy_from_slice(&text);
-                    pos + len
+                Read::PayloadAndPadLen => {
+                    decimal::any(out, pos, (layout.pad.end - layout.payload.start) as u64)
                 }
-                Read::Count(count) => {
-                    let end = decimal::any(out, pos, counts[count as usize]);
-                    if count == Count::Icrc {
-                        found = (pos, end - pos);
-                    }
-                    end
-                }
+                Read::PayloadLen => decimal::any(out, pos, layout.payload.len() as u64),
                 Read::Pad => hex(out, pos, &bytes[layout.pad.clone()]),
                 Read::EthPadding => hex(out, pos, &bytes[layout.trailer.clone()]),
+                Read::Icrc => {
+                    out[pos..pos + 16].copy_from_slice(&found[..16]);
+                    pos + found_len
+                }
+                Read::IcrcExpected => {
+                    out[pos..pos + 16].copy_from_slice(&expected[..16]);
+                    pos + expected_len
+                }
                 Read::IcrcStatus => {
                     let ok = usize::from(ok);
                     out[pos..pos + 4].copy_from_slice(&STATUS[ok]);
@@ -367,22 +364,9 @@ impl Plan {
                 Read::Nothing => pos,
             };
         }
-        line.extend_from_slice(&out[..pos]);
-        true
+        Some(pos)
     }
 }
-
-/// The numbers of a packet that come from its record or its frame's layout.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Count {
-    /// Payload and pad bytes (tshark's `data.len`).
-    PayloadAndPadLen,
-    PayloadLen,
-    /// The ICRC found, and the one computed, as the four bytes read in wire order.
-    Icrc,
-    IcrcExpected,
-}
-const COUNTS: usize = Count::IcrcExpected as usize + 1;
 
 /// The most the record's own fields take, but for the file's name: their keys and 24 bytes for
 /// each number (what [`decimal::any`] stores).
@@ -486,12 +470,12 @@ fn read_of(field: &Field) -> Option<Read> {
         Source::Ipv6 if len == 16 => Read::Ipv6 { at },
         Source::Bytes => Read::Bytes { at, len },
         Source::Mac | Source::Ipv4 | Source::Ipv6 => return None,
-        Source::PayloadAndPadLen => Read::Count(Count::PayloadAndPadLen),
-        Source::PayloadLen => Read::Count(Count::PayloadLen),
+        Source::PayloadAndPadLen => Read::PayloadAndPadLen,
+        Source::PayloadLen => Read::PayloadLen,
         Source::Pad => Read::Pad,
         Source::EthPadding => Read::EthPadding,
-        Source::Icrc => Read::Count(Count::Icrc),
-        Source::IcrcExpected => Read::Count(Count::IcrcExpected),
+        Source::Icrc => Read::Icrc,
+        Source::IcrcExpected => Read::IcrcExpected,
         Source::IcrcStatus => Read::IcrcStatus,
     })
 }
@@ -527,22 +511,19 @@ fn hex(out: &mut [u8], pos: usize, bytes: &[u8]) -> usize {
 }
 
 /// The plans made so far, by opcode and then by the rest of the layout and the view, and the
-/// room they write lines in.
+/// seconds of the last timestamp they wrote.
 pub struct Plans {
     by_opcode: Vec<Vec<Entry>>,
     count: usize,
-    room: Box<Room>,
+    seconds: Seconds,
 }
 
 /// The longest line a plan writes (longer ones are left to the walk).
 const LINE: usize = 4096;
 
-/// Where a plan writes a line: twice the longest, so that a write that starts within the first
-/// half never needs checking against the end; and the seconds of the last timestamp.
-struct Room {
-    line: [u8; 2 * LINE],
-    seconds: Seconds,
-}
+/// The room a plan writes a line into: twice the longest, so that a write that starts within
+/// the first half never needs checking against the end.
+pub const ROOM: usize = 2 * LINE;
 
 struct Entry {
     key: LayoutKey,
@@ -556,34 +537,29 @@ impl Default for Plans {
         Plans {
             by_opcode: (0..=u8::MAX).map(|_| Vec::new()).collect(),
             count: 0,
-            room: Box::new(Room {
-                line: [0; 2 * LINE],
-                seconds: Seconds {
-                    secs: 0,
-                    text: *b"0                       ",
-                    len: 1,
-                },
-            }),
+            seconds: Seconds {
+                secs: 0,
+                text: *b"0                       ",
+                len: 1,
+            },
         }
     }
 }
 
 impl Plans {
-    /// Appends `record`'s object and its newline to `line` by the plan for its frame's layout
-    /// in this view (every field or the essential ones), made now if it is the first of its
-    /// layout; `false` (and nothing appended) for a frame whose
-    /// fields are not fixed by its layout.
+    /// Writes `record`'s object and its newline at the start of `out` by the plan for its
+    /// frame's layout in this view (every field or the essential ones), made now if it is the
+    /// first of its layout; returns its length, or `None` (and nothing written) for a frame
+    /// whose fields are not fixed by its layout. The bytes after the line are left changed.
     pub fn write(
         &mut self,
-        line: &mut Vec<u8>,
+        out: &mut [u8; ROOM],
         every_field: bool,
         record: &Record,
         file: Option<&str>,
         description: &Description,
-    ) -> bool {
-        let Some(key) = description.layout_key() else {
-            return false;
-        };
+    ) -> Option<usize> {
+        let key = description.layout_key()?;
         let found = self.by_opcode[usize::from(key.opcode())]
             .iter()
             .position(|e| e.key == key && e.every_field == every_field);
@@ -605,8 +581,8 @@ impl Plans {
             }
         };
         match &self.by_opcode[usize::from(key.opcode())][index].plan {
-            Some(plan) => plan.write(line, &mut self.room, record, file, description),
-            None => false,
+            Some(plan) => plan.write(out, &mut self.seconds, record, file, description),
+            None => None,
         }
     }
 }
