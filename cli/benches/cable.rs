@@ -22,6 +22,8 @@
 //! With `ROCE_BENCH_BEFORE=PATH` set to another build's `roce` program (kept from before a
 //! change), the cable WRITEs of this build's NICs are also paired with those of that build's,
 //! in alternating rounds: a before/after ratio that a loaded machine does not blur.
+//! `ROCE_BENCH_PAIRS=TEXT` runs only the paired rounds whose description contains TEXT (say
+//! `ROCE_BENCH_BEFORE` or `batched`), to repeat one pair often while the load is the same.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -153,6 +155,9 @@ fn paired(
     unit: &str,
 ) {
     const ROUNDS: usize = 7;
+    if std::env::var("ROCE_BENCH_PAIRS").is_ok_and(|only| !what.contains(&only)) {
+        return;
+    }
     let mut rates = Vec::new();
     for _ in 0..ROUNDS {
         let (r, u) = (rdma(), udp());
