@@ -438,6 +438,31 @@ mod tests {
         }
     }
 
+    /// Calls that find nothing keep the layout they were given; what arrives after them, in
+    /// runs or plain, of the size expected or not, still comes out whole and in order.
+    #[test]
+    fn calls_that_find_nothing_leave_the_next_one_intact() {
+        let (a, b) = pair();
+        let pool = BufPool::new(MAX_BATCH);
+        let mut tx = UdpBatch::new(true);
+        let mut rx = BatchReceiver::new();
+        assert!(rx.enable_gro(b.as_fd()));
+        let mut none = VecDeque::new();
+        let batches: [&[usize]; 4] = [&[4154; 30], &[4154; 12], &[138; 20], &[60, 4154, 77]];
+        let mut first = 0;
+        for sizes in batches {
+            for _ in 0..3 {
+                assert_eq!(rx.recv(b.as_fd(), &pool, &mut none).unwrap(), 0);
+            }
+            assert!(rx.laid_out.is_some());
+            let sent = frames(&pool, first, sizes);
+            assert_eq!(tx.send(a.as_fd(), &sent).unwrap(), sizes.len());
+            assert_eq!(receive(&mut rx, &b, sizes.len()), expected(first, sizes));
+            first += sizes.len();
+        }
+        assert!(none.is_empty());
+    }
+
     #[test]
     fn a_datagram_too_large_for_a_frame_comes_out_empty() {
         for gro in [true, false] {
