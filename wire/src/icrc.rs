@@ -35,6 +35,9 @@ const BLOCK: usize = 256;
 /// The stack buffer that holds the stand-in and the start of the packet: room for the largest
 /// prefix and less than a block more.
 const HEAD: usize = (LRH_LEN + MAX_PREFIX + BLOCK).next_multiple_of(16);
+/// The buffer for a small packet (the common case: headers and a short payload), zeroed with a
+/// few stores rather than a call to memset for the whole of [`HEAD`].
+const SMALL: usize = 128;
 
 /// The result of checking a packet's ICRC: the CRC we computed and the one the packet carried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -142,12 +145,23 @@ pub fn compute(scope: Scope, packet: &[u8]) -> Option<u32> {
     // remainder of 128 bytes or more with a second, narrower pass, each with a fixed cost: a
     // packet that fits is hashed in one call; of a longer one, the buffer takes the headers and
     // whatever leaves a whole number of 256-byte blocks for the rest.
-    let copied = if packet.len() <= HEAD - LRH_LEN {
-        packet.len()
+    Some(if packet.len() <= SMALL - LRH_LEN {
+        hash::<SMALL>(packet, packet.len(), &mask)
     } else {
-        prefix + (packet.len() - prefix) % BLOCK
-    };
-    let mut head = [0u8; HEAD];
+        let copied = if packet.len() <= HEAD - LRH_LEN {
+            packet.len()
+        } else {
+            prefix + (packet.len() - prefix) % BLOCK
+        };
+        hash::<HEAD>(packet, copied, &mask)
+    })
+}
+
+/// The CRC of the stand-in and the first `copied` bytes of `packet`, masked, in an `N`-byte
+/// buffer, then of the rest of the packet straight from it.
+#[inline(always)]
+fn hash<const N: usize>(packet: &[u8], copied: usize, mask: &[u128; MASK_WORDS]) -> u32 {
+    let mut head = [0u8; N];
     head[LRH_LEN..LRH_LEN + copied].copy_from_slice(&packet[..copied]);
     for (word, mask) in head.chunks_exact_mut(16).zip(mask) {
         let mut bytes = [0u8; 16];
@@ -156,8 +170,11 @@ pub fn compute(scope: Scope, packet: &[u8]) -> Option<u32> {
     }
     let mut hasher = crc32fast::Hasher::new();
     hasher.update(&head[..LRH_LEN + copied]);
-    hasher.update(&packet[copied..]);
-    Some(hasher.finalize())
+    let rest = &packet[copied..];
+    if !rest.is_empty() {
+        hasher.update(rest);
+    }
+    hasher.finalize()
 }
 
 /// Reads the ICRC a packet carries (its four bytes, least significant first).
