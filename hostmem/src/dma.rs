@@ -87,6 +87,24 @@ impl<'a> Place<'a> {
         self.intact()
     }
 
+    /// As [`write`](Self::write), for the packet that ends a message: its last cache line lands
+    /// after every byte this thread wrote before it (this packet's and earlier packets'), so a
+    /// host that polls the last byte of an RDMA WRITE's buffer — as many programs do, though
+    /// IBTA does not promise it — finds the whole message there once that byte changes. The
+    /// rest is written as `write` does, then fenced, then the last line with plain stores,
+    /// which x86 makes visible in program order.
+    pub fn write_last(&self, at: usize, src: &[u8]) -> Result<(), AccessError> {
+        let dst = self.span(at, src.len())?;
+        let split = src.len().saturating_sub(LAST_LINE);
+        // SAFETY: as in `write`; both pieces lie inside the checked span.
+        unsafe {
+            copy_to_memory(src.as_ptr(), dst, split);
+            fence_writes();
+            ptr::copy_nonoverlapping(src.as_ptr().add(split), dst.add(split), src.len() - split);
+        }
+        self.intact()
+    }
+
     /// Copies bytes starting `at` bytes in straight into `dst`, typically the payload of an
     /// outgoing frame, so READ responses need no intermediate buffer. Refused, reading nothing,
     /// if it would pass the end of the place.
@@ -180,6 +198,10 @@ impl<'a> AtomicPlace<'a> {
 /// Copies of at least this many bytes into host memory use streaming stores.
 pub const STREAMING_MIN: usize = 1024;
 
+/// How much of a message's last packet [`Place::write_last`] writes after the fence: one cache
+/// line, so the bytes a poller watches are never in a streamed line.
+const LAST_LINE: usize = 64;
+
 thread_local! {
     /// Whether this thread made streaming stores since its last [`fence_writes`].
     static UNFENCED: Cell<bool> = const { Cell::new(false) };
@@ -268,5 +290,39 @@ mod tests {
                 assert!(back[start + len..].iter().all(|&b| b == 0xAA));
             }
         }
+    }
+
+    /// The ending packet's write lands exactly too, whatever its length against the last line
+    /// and the streaming threshold, and leaves nothing unfenced behind it.
+    #[test]
+    fn a_last_write_lands_exactly_and_fenced() {
+        let region = Region::anonymous(16384).unwrap();
+        let src: Vec<u8> = (0..5000u32).map(|i| (i * 5 + 1) as u8).collect();
+        for len in [
+            0,
+            1,
+            63,
+            64,
+            65,
+            STREAMING_MIN,
+            STREAMING_MIN + 64,
+            4096,
+            4097,
+        ] {
+            for at in [0, 7, 64] {
+                region.write(0, &[0x55; 16384]).unwrap();
+                let place = Place::new(&region, 200, 10000);
+                place.write_last(at, &src[..len]).unwrap();
+                assert!(!UNFENCED.with(Cell::get), "len {len} at {at} left unfenced");
+                let mut back = vec![0u8; 16384];
+                region.read(0, &mut back).unwrap();
+                let start = 200 + at;
+                assert_eq!(&back[start..start + len], &src[..len], "len {len} at {at}");
+                assert!(back[..start].iter().all(|&b| b == 0x55));
+                assert!(back[start + len..].iter().all(|&b| b == 0x55));
+            }
+        }
+        let place = Place::new(&region, 200, 100);
+        assert!(place.write_last(50, &src[..51]).is_err());
     }
 }

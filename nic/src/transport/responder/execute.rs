@@ -200,8 +200,15 @@ fn receive_write(
                 payload.len() as u64,
                 Access::REMOTE_WRITE,
             )
-            .and_then(|place| place.write(0, payload).map(|()| place))
-        {
+            .and_then(|place| {
+                // The message's last byte lands last, for hosts that poll it.
+                if position.is_end() {
+                    place.write_last(0, payload)
+                } else {
+                    place.write(0, payload)
+                }
+                .map(|()| place)
+            }) {
             Ok(place) => place,
             Err(e) => return Err(access_refusal(ctx, e)),
         };
