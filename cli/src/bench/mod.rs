@@ -285,6 +285,8 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             copy.gbit_per_s()
         )?;
     }
+    // The counters when the measured goodput run began (after its warm-up).
+    let mut measured_from = roce_nic::counters::Snapshot::default();
     let (big, fault_free) = match &clean {
         None => (
             bench::write_throughput(pair.initiator(), size, 16, 1, duration).map_err(fail)?,
@@ -297,6 +299,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             for p in [clean, &pair] {
                 bench::write_messages(p.initiator(), size, 16, 1, WARM_UP).map_err(fail)?;
             }
+            measured_from = pair.dev_a.counters();
             let (mut faulty, mut baseline) = (Vec::new(), Vec::new());
             for n in 0..slices {
                 // Each goes first every other time: neither always follows the other's drain.
@@ -326,8 +329,8 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         }
     };
     drop(clean);
-    // What recovery the goodput run took, with its warm-up (the runs below add their own).
-    let goodput_recovery = pair.dev_a.counters();
+    // What recovery the goodput run took (the runs below add their own).
+    let goodput_recovery = pair.dev_a.counters().since(&measured_from);
     if !args.json {
         out!(
             "RDMA WRITE {:>6} x16 in flight {:8.2} Gbit/s goodput ({} messages in {:.2?})",
@@ -347,12 +350,13 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             )?;
             let c = &goodput_recovery;
             out!(
-                "  its recovery: {} frames sent, {} of them again; {} timeouts, {} sequence NAKs, {} tail probes",
+                "  its recovery: {} frames sent, {} of them again; {} timeouts, {} sequence NAKs, {} tail probes, {} window cuts",
                 c.tx_frames,
                 c.retransmitted_packets,
                 c.retransmit_timeouts,
                 c.naks_received_psn_sequence,
-                c.tail_probes
+                c.tail_probes,
+                c.loss_window_cuts
             )?;
         }
     }
@@ -391,6 +395,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
                     "retransmit_timeouts": goodput_recovery.retransmit_timeouts,
                     "sequence_naks": goodput_recovery.naks_received_psn_sequence,
                     "tail_probes": goodput_recovery.tail_probes,
+                    "window_cuts": goodput_recovery.loss_window_cuts,
                 },
             },
             "small_write": {
