@@ -22,6 +22,8 @@
 //! With `ROCE_BENCH_BEFORE=PATH` set to another build's `roce` program (kept from before a
 //! change), the cable WRITEs of this build's NICs are also paired with those of that build's,
 //! in alternating rounds: a before/after ratio that a loaded machine does not blur.
+//! `ROCE_BENCH_PAIRS=TEXT` runs only the paired rounds whose description contains TEXT (say
+//! `ROCE_BENCH_BEFORE` or `batched`), to repeat one pair often while the load is the same.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -112,20 +114,24 @@ fn main() {
     );
     if let Some(before) = std::env::var_os("ROCE_BENCH_BEFORE").map(PathBuf::from) {
         let old = NicPair::start(&before, Medium::Cable, "before").expect("the other build's NICs");
+        let cpu = [cpu_meter(&cable), cpu_meter(&old)];
         paired(
             "1 MiB RDMA WRITE goodput, cable: this build vs ROCE_BENCH_BEFORE",
-            || nic_writes(&cable, 64, MIB as u32, DEPTH_1MIB),
-            || nic_writes(&old, 64, MIB as u32, DEPTH_1MIB),
+            || cpu[0].run(|| nic_writes(&cable, 64, MIB as u32, DEPTH_1MIB), 64.0),
+            || cpu[1].run(|| nic_writes(&old, 64, MIB as u32, DEPTH_1MIB), 64.0),
             64.0,
             "MiB/s",
         );
+        cpu_report(&cpu, "ms per MiB");
+        let cpu = [cpu_meter(&cable), cpu_meter(&old)];
         paired(
             "64 B RDMA WRITE rate, cable: this build vs ROCE_BENCH_BEFORE",
-            || nic_writes(&cable, 20_000, 64, DEPTH_64B),
-            || nic_writes(&old, 20_000, 64, DEPTH_64B),
+            || cpu[0].run(|| nic_writes(&cable, 20_000, 64, DEPTH_64B), 20.0),
+            || cpu[1].run(|| nic_writes(&old, 20_000, 64, DEPTH_64B), 20.0),
             20_000.0 / 1e3,
             "k/s",
         );
+        cpu_report(&cpu, "µs per write");
     }
     paired(
         "64 B RDMA WRITE rate, cable vs one-datagram-per-call UDP",
@@ -153,6 +159,9 @@ fn paired(
     unit: &str,
 ) {
     const ROUNDS: usize = 7;
+    if std::env::var("ROCE_BENCH_PAIRS").is_ok_and(|only| !what.contains(&only)) {
+        return;
+    }
     let mut rates = Vec::new();
     for _ in 0..ROUNDS {
         let (r, u) = (rdma(), udp());
@@ -169,6 +178,52 @@ fn paired(
         median(rates.iter().map(|p| p.0).collect()),
         median(rates.iter().map(|p| p.1).collect()),
         100.0 * ratio
+    );
+}
+
+/// The CPU time two NIC processes spend per unit of work over the rounds it measured: each
+/// round's difference of [`NicPair::nic_cpu_ns`], summed, with the units of work done.
+struct CpuMeter<'a> {
+    pair: &'a NicPair,
+    spent: std::cell::Cell<([u64; 2], f64)>,
+}
+
+fn cpu_meter(pair: &NicPair) -> CpuMeter<'_> {
+    CpuMeter {
+        pair,
+        spent: std::cell::Cell::new(([0; 2], 0.0)),
+    }
+}
+
+impl CpuMeter<'_> {
+    /// Runs `round` (which does `units` of work), adding the NICs' CPU time to the total.
+    fn run(&self, round: impl FnOnce() -> Duration, units: f64) -> Duration {
+        let before = self.pair.nic_cpu_ns();
+        let elapsed = round();
+        if let (Some(b), Some(a)) = (before, self.pair.nic_cpu_ns()) {
+            let (mut ns, mut done) = self.spent.get();
+            ns[0] += a[0] - b[0];
+            ns[1] += a[1] - b[1];
+            done += units;
+            self.spent.set((ns, done));
+        }
+        elapsed
+    }
+}
+
+/// Prints the CPU time per unit of this build's NICs and the other build's: sender (the
+/// initiator's NIC) and receiver (the target's), in milliseconds per `unit`.
+fn cpu_report(meters: &[CpuMeter<'_>; 2], unit: &str) {
+    let per = |m: &CpuMeter<'_>| {
+        let (ns, done) = m.spent.get();
+        let ms = |n: u64| n as f64 / 1e6 / done.max(1.0);
+        (ms(ns[0]), ms(ns[1]))
+    };
+    let ((s, r), (os, or)) = (per(&meters[0]), per(&meters[1]));
+    println!(
+        "  NIC CPU time, {unit} (sender + receiver): this build {s:.3} + {r:.3}, \
+         ROCE_BENCH_BEFORE {os:.3} + {or:.3}; ratio {:.0}%",
+        100.0 * (s + r) / (os + or)
     );
 }
 

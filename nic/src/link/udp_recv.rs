@@ -54,12 +54,18 @@ pub struct BatchReceiver {
     row: Vec<FrameBuf>,
     /// The datagram size of the runs that arrived last; `None`: plain datagrams.
     segment: Option<usize>,
+    /// The buffers per message and bytes per buffer `msgs` are laid out for, while that layout
+    /// still points at `spare` as it is: a call that found nothing changed neither, and the
+    /// next reuses it (an engine that is busy sending asks at every pass, and mostly finds
+    /// nothing: pointing 64 messages at 128 buffers each time cost as much as the call).
+    laid_out: Option<(usize, usize)>,
     gro: bool,
 }
 
-// SAFETY: the raw pointers in `msgs` and `iovs` are written and used only within one call of
-// `recv` (which owns or borrows everything they point to); between calls they are stale and
-// never read.
+// SAFETY: the raw pointers in `msgs` and `iovs` point only into memory the receiver owns (the
+// heap storage of `iovs`, `controls`, `overflow` and the buffers of `spare`, none of which moves
+// when the receiver does) and are used only within a call of `recv`; a layout kept between
+// calls (`laid_out`) is used again only while none of that storage has changed.
 unsafe impl Send for BatchReceiver {}
 
 impl Default for BatchReceiver {
@@ -82,6 +88,7 @@ impl BatchReceiver {
             whole: Vec::with_capacity(MAX_MESSAGE),
             row: Vec::with_capacity(GRO_MAX_SEGMENTS),
             segment: None,
+            laid_out: None,
             gro: false,
         }
     }
@@ -119,17 +126,21 @@ impl BatchReceiver {
         pool: &Arc<BufPool>,
         out: &mut VecDeque<FrameBuf>,
     ) -> io::Result<usize> {
-        while self.spare.len() < RECV_BUFFERS {
-            self.spare.push(pool.take());
-        }
         // Buffers per message: enough datagrams of the expected size for the largest message
         // (no more than the kernel coalesces); one for plain datagrams.
-        let (per_message, room) = match self.segment {
+        let shape = match self.segment {
             Some(size) => (MAX_MESSAGE.div_ceil(size).min(GRO_MAX_SEGMENTS), size),
             None => (1, FRAME_CAPACITY),
         };
-        let messages = (self.spare.len() / per_message).clamp(1, MAX_MESSAGES);
-        self.lay_out(messages, per_message, room);
+        let (per_message, room) = shape;
+        if self.laid_out != Some(shape) {
+            while self.spare.len() < RECV_BUFFERS {
+                self.spare.push(pool.take());
+            }
+            let messages = (self.spare.len() / per_message).clamp(1, MAX_MESSAGES);
+            self.lay_out(messages, per_message, room);
+            self.laid_out = Some(shape);
+        }
         let n = loop {
             // SAFETY: each message points at its iovecs and control buffer, which point into
             // buffers of `spare` and into `overflow`, all alive and unaliased for the call; no
@@ -146,6 +157,8 @@ impl BatchReceiver {
             if rc >= 0 {
                 break rc as usize;
             }
+            // A failed call wrote nothing back (the kernel fills in a message's length, flags
+            // and control only for messages it received): the layout stays valid.
             let e = io::Error::last_os_error();
             match e.kind() {
                 io::ErrorKind::WouldBlock => return Ok(0),
@@ -206,6 +219,8 @@ impl BatchReceiver {
         pool: &Arc<BufPool>,
         out: &mut VecDeque<FrameBuf>,
     ) -> usize {
+        // The buffers move: the next call lays its messages out afresh.
+        self.laid_out = None;
         std::mem::swap(&mut self.spare, &mut self.used);
         let mut bufs = self.used.drain(..);
         let before = out.len();
@@ -421,6 +436,31 @@ mod tests {
             assert_eq!(receive(&mut rx, &b, 45), expected(round * 45, &sizes));
             assert_eq!(rx.segment, Some(4154), "round {round}");
         }
+    }
+
+    /// Calls that find nothing keep the layout they were given; what arrives after them, in
+    /// runs or plain, of the size expected or not, still comes out whole and in order.
+    #[test]
+    fn calls_that_find_nothing_leave_the_next_one_intact() {
+        let (a, b) = pair();
+        let pool = BufPool::new(MAX_BATCH);
+        let mut tx = UdpBatch::new(true);
+        let mut rx = BatchReceiver::new();
+        assert!(rx.enable_gro(b.as_fd()));
+        let mut none = VecDeque::new();
+        let batches: [&[usize]; 4] = [&[4154; 30], &[4154; 12], &[138; 20], &[60, 4154, 77]];
+        let mut first = 0;
+        for sizes in batches {
+            for _ in 0..3 {
+                assert_eq!(rx.recv(b.as_fd(), &pool, &mut none).unwrap(), 0);
+            }
+            assert!(rx.laid_out.is_some());
+            let sent = frames(&pool, first, sizes);
+            assert_eq!(tx.send(a.as_fd(), &sent).unwrap(), sizes.len());
+            assert_eq!(receive(&mut rx, &b, sizes.len()), expected(first, sizes));
+            first += sizes.len();
+        }
+        assert!(none.is_empty());
     }
 
     #[test]
