@@ -409,6 +409,115 @@ fn with_dcqcn_marks_come_back_as_cnps_and_the_senders_cut_their_rates() {
     );
 }
 
+/// The BTH's destination QP of a RoCEv2 frame over IPv4 (UDP port 4791), with its opcode.
+fn rocev2_dest_qp(f: &[u8]) -> Option<(u8, u32)> {
+    let rocev2 =
+        f.len() > 54 && f[12..14] == [0x08, 0x00] && f[23] == 17 && f[36..38] == [0x12, 0xb7];
+    rocev2.then(|| (f[42], u32::from_be_bytes([0, f[47], f[48], f[49]])))
+}
+
+/// UD between processes through a switch that marks: `roce udaddy` sends 300 datagrams of
+/// 2 KiB back to back from NICs of 200 Mbit/s, each way, through a `roce switch` whose ports
+/// run at 100 Mbit/s (a 2 MiB buffer, so nothing is dropped: UD would not resend it) and mark
+/// by RED from 8 KiB of queue. The NICs run DCQCN, so their datagrams are ECT; the receiving NIC answers the marks
+/// with CNPs to the QP the datagrams' DETH names as their source (not QP 1, not a connection),
+/// and that UD QP cuts its rate and paces its sends. Every datagram still arrives whole: the
+/// client checks each answer is its own datagram back.
+#[test]
+fn marked_datagrams_through_the_switch_bring_cnps_to_the_sending_ud_qp_which_paces() {
+    let env = Env::new("udcq");
+    let fabric = Fabric::start(
+        &env,
+        86,
+        2,
+        &[
+            "--rate",
+            "100M",
+            "--buffer",
+            "2M",
+            "--ecn",
+            "kmin=8K,kmax=64K,pmax=0.2",
+        ],
+        &["--dcqcn", "--rate", "200M"],
+    );
+    let (client_nic, server_nic) = (fabric.nic(0).to_owned(), fabric.nic(1).to_owned());
+    let patience = ["--timeout", "20", "--connect-retry", "20"];
+    let count = ["-C", "300", "-S", "2048"];
+    let server_args: Vec<String> = ["udaddy", "--nic", &server_nic]
+        .iter()
+        .chain(&count)
+        .chain(&patience)
+        .map(|s| s.to_string())
+        .collect();
+    let mut server = env.spawn(&server_args, false);
+    let mut client_args = vec!["udaddy", "--nic", &client_nic, "-s", "10.86.0.2"];
+    client_args.extend(count);
+    client_args.extend(patience);
+    let client = env.run(&client_args);
+    assert!(
+        client.status.success(),
+        "{}\n{}",
+        client.stdout,
+        client.stderr
+    );
+    assert!(client.stdout.contains("verified: "), "{}", client.stdout);
+    assert!(server.wait(PATIENCE).success(), "{}", server.stderr());
+    let server_capture = fabric.pcap.join(format!("{server_nic}.pcap"));
+    let (client_c, server_c) = (
+        nic_counters(&env, &client_nic),
+        nic_counters(&env, &server_nic),
+    );
+    let ports = fabric.stop();
+    let to_server = &ports[1];
+    assert!(counter(to_server, "ecn_marked") > 0, "{to_server}");
+    assert_eq!(counter(to_server, "dropped"), 0, "{to_server}");
+    // The server saw the marks and answered with CNPs, at most one per marked packet…
+    let (ce, cnps) = (
+        counter(&server_c, "ecn_ce_received"),
+        counter(&server_c, "cnps_sent"),
+    );
+    assert!(cnps > 0 && cnps <= ce, "{server_c}");
+    // …each to the QP the marked datagrams came from (their DETH's source QP)…
+    let frames = frames(&server_capture);
+    let sources: std::collections::BTreeSet<u32> = frames
+        .iter()
+        .filter(|f| rocev2_dest_qp(f).is_some_and(|(op, _)| op == 0x65))
+        .filter(|f| ecn::ecn(f) == Some(Ecn::Ce))
+        .map(|f| u32::from_be_bytes([0, f[59], f[60], f[61]]))
+        .collect();
+    assert_eq!(sources.len(), 1, "marked datagrams from {sources:x?}");
+    let client_qp = *sources.first().unwrap();
+    assert_ne!(client_qp, 1, "the datagrams of udaddy, not the CM's MADs");
+    let server_ip = [10, 86, 0, 2];
+    let cnp_targets: Vec<u32> = frames
+        .iter()
+        .filter(|f| f.len() > 30 && f[26..30] == server_ip)
+        .filter_map(|f| rocev2_dest_qp(f))
+        .filter(|(op, _)| *op == 0x81)
+        .map(|(_, qp)| qp)
+        .collect();
+    assert!(!cnp_targets.is_empty(), "no CNP in the server's capture");
+    assert!(
+        cnp_targets.iter().all(|&qp| qp == client_qp),
+        "CNPs to {cnp_targets:x?}, datagrams from {client_qp:#x}"
+    );
+    decode_strict(&server_capture);
+    // …and the client's UD QP took every one (a CNP for a QP without DCQCN, or for none,
+    // counts as ignored), cut its rate and held sends back.
+    assert_eq!(counter(&client_c, "cnps_ignored"), 0, "{client_c}");
+    let received = counter(&client_c, "cnps_received");
+    assert!(received > 0 && received <= cnps, "{client_c}");
+    assert!(counter(&client_c, "dcqcn_rate_cuts") > 0, "{client_c}");
+    assert!(counter(&client_c, "dcqcn_throttled") > 0, "{client_c}");
+    println!(
+        "UD through the switch: {} marks, {cnps} CNPs to QP {client_qp:#x}, {received} taken, \
+         {} rate cuts, {} sends held back",
+        counter(to_server, "ecn_marked"),
+        counter(&client_c, "dcqcn_rate_cuts"),
+        counter(&client_c, "dcqcn_throttled")
+    );
+}
+
 /// `roce bench --incast 4 --json`: four `roce nic` processes writing into a fifth through a
 /// `roce switch` port of 100 Mbit/s with a 1 MiB buffer and the DCQCN paper's RED (Kmin 5 KB,
 /// Kmax 200 KB, Pmax 1%), without DCQCN, then with it. The port, not the CPU, is the

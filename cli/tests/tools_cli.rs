@@ -419,8 +419,12 @@ fn bench_with_faults_gives_the_goodput_as_a_ratio_to_a_clean_cable_in_the_same_r
         write["fault_free_gbit_per_s"].as_f64().unwrap(),
     );
     assert!(faulty > 0.0 && clean > 0.0, "{write}");
+    // The median of the slices' ratios: inside their range.
     let ratio = write["ratio_to_fault_free"].as_f64().unwrap();
-    assert!((ratio - faulty / clean).abs() < 1e-9, "{write}");
+    let range = &write["ratio_range"];
+    let (low, high) = (range[0].as_f64().unwrap(), range[1].as_f64().unwrap());
+    assert!(0.0 < low && low <= ratio && ratio <= high, "{write}");
+    assert!(write["slice_pairs"].as_u64().unwrap() >= 4, "{write}");
     assert!(
         v["recovery"]["retransmitted_packets"].as_u64().unwrap() > 0,
         "{v}"

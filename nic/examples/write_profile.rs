@@ -28,18 +28,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let pair = testbed::pair(QpType::Rc, Mtu::M4096, 64 << 20)?;
     // Warm-up: buffers stocked, pages touched, before the counted run.
     bench::write_messages(pair.initiator(), size, depth, batch, depth as u64)?;
+    let acks_before = pair.dev_b.counters().tx_frames;
     let before = thread_cpu();
     let t = bench::write_messages(pair.initiator(), size, depth, batch, messages)?;
     let after = thread_cpu();
     let c = pair.dev_a.counters();
+    // The target sends nothing but acknowledgements: how well they were coalesced.
+    let acks = pair.dev_b.counters().tx_frames - acks_before;
     println!(
-        "{} WRITEs of {size} B in {:.2?}: {:.2} Gbit/s, {:.3} M messages/s; {} retransmitted, {} tail probes",
+        "{} WRITEs of {size} B in {:.2?}: {:.2} Gbit/s, {:.3} M messages/s; {} retransmitted, {} tail probes; {acks} ACKs ({:.3} per message)",
         t.messages,
         t.elapsed,
         t.gbit_per_s(),
         t.messages_per_s() / 1e6,
         c.retransmitted_packets,
-        c.tail_probes
+        c.tail_probes,
+        acks as f64 / t.messages.max(1) as f64
     );
     for (name, ticks) in &after {
         let spent = ticks - before.get(name).copied().unwrap_or(0);

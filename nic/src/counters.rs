@@ -85,6 +85,7 @@ counters! {
     retransmitted_packets: "request packets sent again (go-back-N)",
     retransmit_timeouts: "retransmission timer expiries",
     tail_probes: "oldest unacknowledged packets sent again because the line went quiet",
+    loss_window_cuts: "times a requester's loss window was cut (a loss episode, or a timeout)",
     rnr_retries: "retries after an RNR wait",
     read_responses_sent: "RDMA READ response packets sent",
     atomics_executed: "atomic operations executed on host memory",

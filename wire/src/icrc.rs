@@ -35,9 +35,6 @@ const BLOCK: usize = 256;
 /// The stack buffer that holds the stand-in and the start of the packet: room for the largest
 /// prefix and less than a block more.
 const HEAD: usize = (LRH_LEN + MAX_PREFIX + BLOCK).next_multiple_of(16);
-/// The buffer for a small packet (the common case: headers and a short payload), zeroed with a
-/// few stores rather than a call to memset for the whole of [`HEAD`].
-const SMALL: usize = 128;
 
 /// The result of checking a packet's ICRC: the CRC we computed and the one the packet carried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -145,22 +142,27 @@ pub fn compute(scope: Scope, packet: &[u8]) -> Option<u32> {
     // remainder of 128 bytes or more with a second, narrower pass, each with a fixed cost: a
     // packet that fits is hashed in one call; of a longer one, the buffer takes the headers and
     // whatever leaves a whole number of 256-byte blocks for the rest.
-    Some(if packet.len() <= SMALL - LRH_LEN {
-        hash::<SMALL>(packet, packet.len(), &mask)
+    let copied = if packet.len() <= HEAD - LRH_LEN {
+        packet.len()
     } else {
-        let copied = if packet.len() <= HEAD - LRH_LEN {
-            packet.len()
-        } else {
-            prefix + (packet.len() - prefix) % BLOCK
-        };
-        hash::<HEAD>(packet, copied, &mask)
-    })
+        prefix + (packet.len() - prefix) % BLOCK
+    };
+    // A small packet (an ACK, a 64-byte WRITE) in a small buffer: zeroing the large one cost
+    // more than masking and hashing such a packet.
+    if LRH_LEN + copied <= SMALL_HEAD {
+        Some(hash_masked::<SMALL_HEAD>(packet, copied, &mask))
+    } else {
+        Some(hash_masked::<HEAD>(packet, copied, &mask))
+    }
 }
 
-/// The CRC of the stand-in and the first `copied` bytes of `packet`, masked, in an `N`-byte
-/// buffer, then of the rest of the packet straight from it.
-#[inline(always)]
-fn hash<const N: usize>(packet: &[u8], copied: usize, mask: &[u128; MASK_WORDS]) -> u32 {
+/// A buffer for packets of up to 120 bytes, the mask's words included.
+const SMALL_HEAD: usize = 128;
+const _: () = assert!(SMALL_HEAD >= 16 * MASK_WORDS && SMALL_HEAD % 16 == 0);
+
+/// The CRC of the stand-in and the first `copied` bytes of `packet`, masked, in a buffer of
+/// `N` bytes, then of the rest of `packet` straight from it.
+fn hash_masked<const N: usize>(packet: &[u8], copied: usize, mask: &[u128; MASK_WORDS]) -> u32 {
     let mut head = [0u8; N];
     head[LRH_LEN..LRH_LEN + copied].copy_from_slice(&packet[..copied]);
     for (word, mask) in head.chunks_exact_mut(16).zip(mask) {
@@ -168,13 +170,17 @@ fn hash<const N: usize>(packet: &[u8], copied: usize, mask: &[u128; MASK_WORDS])
         bytes.copy_from_slice(word);
         word.copy_from_slice(&(u128::from_ne_bytes(bytes) | mask).to_ne_bytes());
     }
-    let mut hasher = crc32fast::Hasher::new();
+    let mut hasher = fresh_hasher();
     hasher.update(&head[..LRH_LEN + copied]);
-    let rest = &packet[copied..];
-    if !rest.is_empty() {
-        hasher.update(rest);
-    }
+    hasher.update(&packet[copied..]);
     hasher.finalize()
+}
+
+/// A new hasher without `Hasher::new`'s CPU feature checks, which cost a quarter as much as
+/// hashing a small packet: a hasher made once is copied.
+fn fresh_hasher() -> crc32fast::Hasher {
+    static PROTOTYPE: std::sync::OnceLock<crc32fast::Hasher> = std::sync::OnceLock::new();
+    PROTOTYPE.get_or_init(crc32fast::Hasher::new).clone()
 }
 
 /// Reads the ICRC a packet carries (its four bytes, least significant first).

@@ -37,7 +37,7 @@ use crate::control::{ClientId, Request, Response};
 use crate::error::VerbsError;
 
 /// The version of this conversation; a NIC and a host library must agree on it.
-pub const PROTOCOL_VERSION: u32 = 12;
+pub const PROTOCOL_VERSION: u32 = 13;
 
 /// What a host says to the NIC.
 #[derive(Debug, Serialize, Deserialize)]

@@ -23,6 +23,13 @@ pub struct MemLink {
     peer: Arc<OnceLock<Arc<Waker>>>,
     /// This end's engine, given to the peer through the shared slot.
     me: Arc<OnceLock<Arc<Waker>>>,
+    /// Someone calls [`Link::flush_sends`] (an engine does at the end of every pass): the peer
+    /// is then woken once per pass that sent it frames, not once per frame (each wake is a
+    /// full memory fence). Until the first call, and so for a bare end or a wrapper that does
+    /// not pass the call on, the peer is woken at every send.
+    engine_driven: bool,
+    /// Frames sent since the peer was last woken.
+    unwoken: bool,
     name: &'static str,
 }
 
@@ -38,6 +45,8 @@ pub fn pair() -> (MemLink, MemLink) {
             rx: rx_ba,
             peer: Arc::clone(&waker_b),
             me: Arc::clone(&waker_a),
+            engine_driven: false,
+            unwoken: false,
             name: "a",
         },
         MemLink {
@@ -45,17 +54,29 @@ pub fn pair() -> (MemLink, MemLink) {
             rx: rx_ab,
             peer: waker_a,
             me: waker_b,
+            engine_driven: false,
+            unwoken: false,
             name: "b",
         },
     )
+}
+
+impl MemLink {
+    fn wake_peer(&self) {
+        if let Some(peer) = self.peer.get() {
+            peer.wake();
+        }
+    }
 }
 
 impl Link for MemLink {
     fn send(&mut self, frame: FrameBuf) -> io::Result<()> {
         match self.tx.try_send(frame) {
             Ok(()) => {
-                if let Some(peer) = self.peer.get() {
-                    peer.wake();
+                if self.engine_driven {
+                    self.unwoken = true;
+                } else {
+                    self.wake_peer();
                 }
                 Ok(())
             }
@@ -80,15 +101,26 @@ impl Link for MemLink {
         // may fall asleep doing so; a responder streaming READ responses hears nothing from us
         // that would wake it. So the frame whose taking gives it room again wakes it.
         if frame.is_some() && self.rx.len() + HEADROOM + 1 == QUEUE_DEPTH {
-            if let Some(peer) = self.peer.get() {
-                peer.wake();
-            }
+            self.wake_peer();
         }
         Ok(frame)
     }
 
     fn attach(&mut self, _pool: &Arc<BufPool>, waker: &Arc<Waker>) {
         let _ = self.me.set(Arc::clone(waker));
+    }
+
+    fn flush_sends(&mut self) -> u64 {
+        self.engine_driven = true;
+        if std::mem::take(&mut self.unwoken) {
+            self.wake_peer();
+        }
+        0
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.flush_sends();
+        Ok(())
     }
 
     fn describe(&self) -> String {

@@ -372,11 +372,13 @@ fn on_low_timer(qp: &mut Qp, ctx: &mut Ctx<'_>) {
 /// whose timer it is, does not shrink what it sends on it at all.
 fn timeout_go_back(qp: &mut Qp, ctx: &mut Ctx<'_>, low: bool) {
     let from = qp.send.una;
+    let cuts = qp.send.window.cuts;
     if low {
         qp.send.window.on_loss(from, qp.send.high);
     } else {
         qp.send.window.on_timeout(qp.send.high);
     }
+    counters::add(&ctx.counters.loss_window_cuts, qp.send.window.cuts - cuts);
     let head = qp.sq.entry(qp.sq.head);
     ctx.event(Event::RetransmitTimeout(Timeout {
         qpn: qp.qpn,
@@ -446,7 +448,9 @@ fn go_back(qp: &mut Qp, ctx: &mut Ctx<'_>, from: u32, why: GoBackReason) {
         psn: from,
         why,
     });
+    let cuts = qp.send.window.cuts;
     qp.send.window.on_loss(from, qp.send.high);
+    counters::add(&ctx.counters.loss_window_cuts, qp.send.window.cuts - cuts);
     qp.send.rtt_sample = None;
     // What is sent again asks for an answer itself: no probe on top of it.
     qp.send.probe_at = None;

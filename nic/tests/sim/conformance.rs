@@ -557,3 +557,30 @@ fn a_duplicate_read_is_answered_before_the_atomic_ack_behind_it() {
     );
     assert_eq!(b.count(EventKind::DuplicateReadReplayed), 1);
 }
+
+/// ACK coalescing has a bound: a batch of 40 single-packet WRITEs, each asking for an ACK, is
+/// acknowledged after `ACK_EVERY` (32) packets as it is taken in, and once more at its end —
+/// not once for the whole batch, which left the requester whose window the batch filled with
+/// nothing to send until the batch was done.
+#[test]
+fn a_long_batch_is_acknowledged_every_32_packets_and_at_its_end() {
+    use roce_nic::transport::responder::ACK_EVERY;
+    assert_eq!(ACK_EVERY, 32);
+    let mut b = Bench::new(setup());
+    let payload = [7u8; 64];
+    let packets: Vec<_> = (0..40u32)
+        .map(|i| {
+            (
+                Kind::WriteOnly,
+                PSN + i,
+                reth(&b, 64 * i as usize, 64, None),
+                &payload[..],
+            )
+        })
+        .collect();
+    b.deliver_batch(&packets);
+    assert_eq!(
+        kinds(&b.sent()),
+        [(Kind::Acknowledge, PSN + 31), (Kind::Acknowledge, PSN + 39)]
+    );
+}

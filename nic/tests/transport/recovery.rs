@@ -131,6 +131,10 @@ fn a_lost_packet_brings_one_sequence_nak_and_a_go_back() {
         "go-back-N resends from the lost packet: {a:?}"
     );
     assert_eq!(a.retransmit_timeouts, 0);
+    assert_eq!(
+        a.loss_window_cuts, 1,
+        "one loss, one cut of the window: {a:?}"
+    );
 }
 
 #[test]
@@ -208,6 +212,11 @@ fn a_blackout_is_recovered_by_the_retransmission_timer() {
     assert_eq!(p.b.read(0, 10 * 1024), pattern(10 * 1024, 1));
     let a = p.dev_a.counters();
     assert!(a.retransmit_timeouts >= 1, "{a:?}");
+    // Every timeout cuts the window (to its minimum for the configured timer).
+    assert!(
+        a.loss_window_cuts >= 1 && a.loss_window_cuts <= a.retransmit_timeouts,
+        "{a:?}"
+    );
     // Each timeout goes back to the first packet but, the window cut to its minimum, sends
     // only that many again before an answer: b had the whole message, so the first answer
     // acknowledges it all.

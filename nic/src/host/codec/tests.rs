@@ -935,7 +935,7 @@ fn the_encoding_is_pinned_to_the_protocol_version() {
     }
     assert_eq!(
         (PROTOCOL_VERSION, hash),
-        (12, 0x8768_363f_1e73_0e71),
+        (13, 0xddbf_7d05_54d8_8bc5),
         "the control messages' encoding changed: give messages::PROTOCOL_VERSION a new number, \
          and pin it here with the new hash ({hash:#018x})"
     );

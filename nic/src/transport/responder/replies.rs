@@ -38,6 +38,7 @@ pub(super) fn send_nak(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, code: NakCode) {
 
 /// Sends an ACKNOWLEDGE packet (ACK, NAK or RNR NAK) for PSN `p`.
 pub(super) fn send_ack(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, syndrome: Syndrome) {
+    qp.recv.since_ack = 0;
     answer(qp, ctx, p, syndrome, None);
     if matches!(syndrome, Syndrome::Ack { .. }) {
         counters::bump(&ctx.counters.acks_sent);
