@@ -417,16 +417,21 @@ mod tests {
         line + "}\n"
     }
 
-    #[test]
-    fn the_fast_writer_equals_plain_formatting_byte_for_byte_on_every_capture() {
+    /// The project's committed captures, and the shared real ones where this machine has them.
+    fn every_capture() -> Vec<std::path::PathBuf> {
         let mut captures = roce_tests::captures_under(Path::new(concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/../captures"
         )));
-        // The shared real captures, where this machine has them.
         captures.extend(roce_tests::captures_under(
             &roce_tests::shared_captures_dir(),
         ));
+        captures
+    }
+
+    #[test]
+    fn the_fast_writer_equals_plain_formatting_byte_for_byte_on_every_capture() {
+        let captures = every_capture();
         let mut packets = 0;
         let mut plans = Plans::default();
         for path in &captures {
@@ -463,13 +468,7 @@ mod tests {
 
     #[test]
     fn lines_written_one_after_another_are_the_plain_lines_end_to_end() {
-        let mut captures = roce_tests::captures_under(Path::new(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../captures"
-        )));
-        captures.extend(roce_tests::captures_under(
-            &roce_tests::shared_captures_dir(),
-        ));
+        let captures = every_capture();
         let mut plans = Plans::default();
         let mut lines_seen = 0;
         for path in &captures {
