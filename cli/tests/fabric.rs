@@ -5,11 +5,24 @@
 mod support;
 
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use roce_nic::link::ecn::{self, Ecn};
 use roce_nic::link::pfc::Pause;
 use support::*;
+
+/// The tests that judge a queue, its marks or its pauses in real time run one at a time: a burst
+/// of CPU work beside one (another such test's processes starting and pacing) can leave a switch
+/// process unscheduled long enough to overflow its buffer whatever the senders' rates, or keep a
+/// queue from building at all. Seen: the DCQCN incast dropped 84 frames after its flows had
+/// settled in one of three runs of the whole file while the UD test ran beside it. Each such
+/// test holds this while it runs.
+static REAL_TIME: Mutex<()> = Mutex::new(());
+
+fn real_time() -> MutexGuard<'static, ()> {
+    REAL_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// A switch process with one cable port per NIC; NIC `n` (0-based) is 10.<net>.0.<n+1>.
 struct Fabric {
@@ -247,6 +260,7 @@ fn incast(env: &Env, net: u8, switch_flags: &[&str], nic_flags: &[&str]) -> (Fab
 
 #[test]
 fn an_incast_fills_the_queue_to_its_buffer_and_drops_at_the_tail_without_ecn() {
+    let _alone = real_time();
     let env = Env::new("inc");
     let (fabric, _) = incast(&env, 72, &[], &[]);
     let capture = fabric.pcap.join("port5.pcap");
@@ -307,6 +321,7 @@ fn an_incast_fills_the_queue_to_its_buffer_and_drops_at_the_tail_without_ecn() {
 
 #[test]
 fn with_ect_senders_red_marks_the_incast_and_the_marks_reach_the_receiver() {
+    let _alone = real_time();
     let env = Env::new("ecn");
     let (fabric, _) = incast(
         &env,
@@ -351,6 +366,7 @@ fn nic_counters(env: &Env, nic: &str) -> serde_json::Value {
 /// as the protocol (a run once saw 700 drops without and 827 with); the simulated-time incast
 /// around the same switch (`switch/src/incast.rs`) shows it deterministically.
 fn with_dcqcn_marks_come_back_as_cnps_and_the_senders_cut_their_rates() {
+    let _alone = real_time();
     // An incast into a 128 KiB buffer that four unthrottled windows overflow, RED at the sink's
     // port, DCQCN in every NIC.
     let env = Env::new("dcq2");
@@ -425,6 +441,7 @@ fn rocev2_dest_qp(f: &[u8]) -> Option<(u8, u32)> {
 /// client checks each answer is its own datagram back.
 #[test]
 fn marked_datagrams_through_the_switch_bring_cnps_to_the_sending_ud_qp_which_paces() {
+    let _alone = real_time();
     let env = Env::new("udcq");
     let fabric = Fabric::start(
         &env,
@@ -529,6 +546,7 @@ fn marked_datagrams_through_the_switch_bring_cnps_to_the_sending_ud_qp_which_pac
 /// so, with DCQCN, after the flows had settled); at 100 Mbit/s that takes 70 ms.
 #[test]
 fn incast_between_processes_with_dcqcn_drops_nothing_keeps_the_queue_short_and_is_fair() {
+    let _alone = real_time();
     let env = Env::new("jain");
     let mut bench = Proc::spawn(
         env.roce(&[
@@ -602,6 +620,7 @@ fn incast_between_processes_with_dcqcn_drops_nothing_keeps_the_queue_short_and_i
 
 #[test]
 fn pfc_pauses_the_senders_and_lets_them_go_on_so_nothing_is_dropped() {
+    let _alone = real_time();
     let env = Env::new("pfc");
     let fabric = Fabric::start(
         &env,
@@ -799,6 +818,7 @@ fn two_nic_processes_on_a_shared_memory_link() {
 /// one. Either way the kernel, not our code, decides what to mark.
 #[test]
 fn the_kernels_red_queue_marks_our_ect_frames() {
+    let _alone = real_time();
     let env = Env::new("tcred");
     let Some(ns) = roce_tests::netns::Netns::create("tcred") else {
         return;
