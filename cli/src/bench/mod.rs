@@ -227,35 +227,10 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     // should measure 100%, gave 80–89% in six runs of four half-second slices, the clean one
     // always first, without a warm-up and without the injector on the clean cable, and once
     // 124%; with all four changes, 109%, 94% and 99%.)
-    let clean = match &faults {
-        Some(spec) => {
-            let (la, lb) = mem::pair();
-            let nothing = FaultSpec {
-                drop: 0.0,
-                dup: 0.0,
-                reorder: 0.0,
-                corrupt: 0.0,
-                delay: std::time::Duration::ZERO,
-                ..*spec
-            };
-            Some(
-                testbed::pair_over(
-                    Faulty::new(la, nothing),
-                    lb,
-                    QpType::Rc,
-                    mtu,
-                    region,
-                    rto_low,
-                    |_| {},
-                )
-                .map_err(|e| Failure::new(format!("could not set up the test bench: {e}")))?,
-            )
-        }
-        None => None,
-    };
-    let (la, lb) = mem::pair();
-    let pair = match faults {
-        Some(spec) => testbed::pair_over(
+    let set_up = |e| Failure::new(format!("could not set up the test bench: {e}"));
+    let faulty_pair = |spec: FaultSpec| {
+        let (la, lb) = mem::pair();
+        testbed::pair_over(
             Faulty::new(la, spec),
             lb,
             QpType::Rc,
@@ -263,10 +238,27 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             region,
             rto_low,
             |_| {},
-        ),
-        None => testbed::pair_over(la, lb, QpType::Rc, mtu, region, |_| {}, |_| {}),
-    }
-    .map_err(|e| Failure::new(format!("could not set up the test bench: {e}")))?;
+        )
+        .map_err(set_up)
+    };
+    let clean = match &faults {
+        Some(spec) => Some(faulty_pair(FaultSpec {
+            drop: 0.0,
+            dup: 0.0,
+            reorder: 0.0,
+            corrupt: 0.0,
+            delay: std::time::Duration::ZERO,
+            ..*spec
+        })?),
+        None => None,
+    };
+    let pair = match faults {
+        Some(spec) => faulty_pair(spec)?,
+        None => {
+            let (la, lb) = mem::pair();
+            testbed::pair_over(la, lb, QpType::Rc, mtu, region, |_| {}, |_| {}).map_err(set_up)?
+        }
+    };
     let fail = |e: roce_nic::verbs::VerbsError| Failure::new(format!("benchmark failed: {e}"));
 
     let copy = bench::memcpy_throughput(size, duration);
