@@ -417,6 +417,14 @@ mod tests {
         line + "}\n"
     }
 
+    /// The bytes of one of the project's committed captures.
+    fn committed_capture(name: &str) -> Vec<u8> {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../captures")
+            .join(name);
+        std::fs::read(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+    }
+
     /// The project's committed captures, and the shared real ones where this machine has them.
     fn every_capture() -> Vec<std::path::PathBuf> {
         let mut captures = roce_tests::captures_under(Path::new(concat!(
@@ -521,11 +529,7 @@ mod tests {
 
     #[test]
     fn a_line_too_long_for_a_plan_is_walked_and_comes_out_the_same() {
-        let bytes = std::fs::read(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../captures/every-opcode-ipv4.pcap"
-        ))
-        .expect("reading a capture");
+        let bytes = committed_capture("every-opcode-ipv4.pcap");
         let mut reader = Reader::new(&bytes[..]).expect("a capture");
         let record = loop {
             let record = reader.next_record().expect("a RoCE frame").unwrap();
@@ -586,11 +590,7 @@ mod tests {
 
     #[test]
     fn the_opcode_name_follows_the_opcode() {
-        let bytes = std::fs::read(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../captures/aeth-syndromes.pcap"
-        ))
-        .expect("reading a capture");
+        let bytes = committed_capture("aeth-syndromes.pcap");
         let mut reader = Reader::new(&bytes[..]).expect("a capture");
         let record = reader.next_record().unwrap().unwrap();
         let frame = record.frame().unwrap();
