@@ -30,9 +30,9 @@ pub use plan::Plans;
 
 /// A batch's output while its JSON lines are written into it. The lines so far end at `end`;
 /// past them the output holds room, already initialized, that a plan writes the next line into
-/// where it stays: no copy per line, only the zeroing of the room as it is added (the vector
-/// keeps its capacity from batch to batch); [`Lines::finish`] cuts the output back to the
-/// lines.
+/// where it stays: no copy per line, only the zeroing of the room the first time it is added
+/// (the decoder keeps a batch's output, room and all, for its next records: [`Lines::end`]);
+/// [`Lines::finish`] cuts the output back to the lines.
 pub struct Lines {
     end: usize,
     /// A line written by walking the description, before it is put in place.
@@ -47,9 +47,15 @@ const GROW: usize = 1 << 10;
 
 impl Lines {
     /// Starts after what `out` already holds.
+    #[cfg(test)]
     pub fn new(out: &[u8]) -> Lines {
+        Lines::at(out.len())
+    }
+
+    /// Starts at `end`: the output's bytes from there on are room, written over.
+    pub fn at(end: usize) -> Lines {
         Lines {
-            end: out.len(),
+            end,
             walked: Vec::new(),
         }
     }
@@ -82,8 +88,15 @@ impl Lines {
     }
 
     /// Cuts `out` back to the lines written.
+    #[cfg(test)]
     pub fn finish(self, out: &mut Vec<u8>) {
         out.truncate(self.end);
+    }
+
+    /// Where the lines written end; the output's bytes after them are room that a later
+    /// [`Lines::at`] can write over without zeroing it again.
+    pub fn end(self) -> usize {
+        self.end
     }
 
     /// Appends one packet's object and its newline, by the plan for its layout in `plans`

@@ -133,6 +133,11 @@ fn open(files: &[PathBuf]) -> Result<Vec<Input<Box<dyn Read>>>, Failure> {
 /// Renders a batch's records into its output (on a worker thread).
 fn render(batch: &mut Batch, view: View) {
     let (file, heading, first_time) = (batch.file.clone(), batch.heading, batch.first_time);
+    if let (Some(_), View::Line | View::Tree) = (batch.end, view) {
+        // Room the JSON lines left: text is appended to what the output holds.
+        batch.end = None;
+        batch.out.clear();
+    }
     if let (true, Some(name), View::Line | View::Tree) = (heading, &file, view) {
         batch.out.extend_from_slice(format!("{name}:\n").as_bytes());
     }
@@ -151,7 +156,7 @@ fn render_records(
     first_time: std::time::Duration,
     plans: &mut json::Plans,
 ) {
-    let mut lines = json::Lines::new(&batch.out);
+    let mut lines = json::Lines::at(batch.end.unwrap_or(batch.out.len()));
     batch.render_each(|record, out, tally| {
         let since_first = record.timestamp.saturating_sub(first_time);
         // Matched by reference: moving the frame out of the result would copy its 400 bytes.
@@ -180,7 +185,7 @@ fn render_records(
         }
     });
     if let View::Json { .. } = view {
-        lines.finish(&mut batch.out);
+        batch.end = Some(lines.end());
     }
 }
 

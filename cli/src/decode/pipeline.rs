@@ -51,8 +51,11 @@ pub struct Batch {
     pub first_time: Duration,
     records: Vec<Meta>,
     data: Vec<u8>,
-    /// The rendered records.
+    /// The rendered records: all of `out`, or its first `end` bytes when the JSON lines wrote
+    /// it, the rest being room the next batch's lines are written into (bytes already
+    /// initialized: the room is zeroed once, when it first grows, not again for every batch).
     pub out: Vec<u8>,
+    pub end: Option<usize>,
     /// What the records were (opcodes, bad ICRCs, ...), merged into the total by the writer.
     pub tally: Tally,
 }
@@ -67,7 +70,16 @@ impl Batch {
             records: Vec::with_capacity(BATCH_RECORDS),
             data: Vec::new(),
             out: Vec::new(),
+            end: None,
             tally: Tally::default(),
+        }
+    }
+
+    /// What rendering the records wrote.
+    pub fn output(&self) -> &[u8] {
+        match self.end {
+            Some(end) => &self.out[..end],
+            None => &self.out,
         }
     }
 
@@ -113,7 +125,11 @@ impl Batch {
     fn start(&mut self, seq: &mut u64, file: Option<Arc<str>>, heading: bool, first: Duration) {
         self.records.clear();
         self.data.clear();
-        self.out.clear();
+        match self.end {
+            // The JSON lines' room stays for the next batch's lines.
+            Some(_) => self.end = Some(0),
+            None => self.out.clear(),
+        }
         self.tally = Tally::default();
         self.seq = *seq;
         *seq += 1;
@@ -359,7 +375,7 @@ fn write_in_order<W: Write>(
             next += 1;
             tally.add(&batch.tally);
             if error.is_none() {
-                if let Err(e) = out.write_all(&batch.out) {
+                if let Err(e) = out.write_all(batch.output()) {
                     error = Some(e);
                 }
             }
