@@ -6,7 +6,8 @@
 //! valgrind --tool=callgrind target/release/examples/write_profile 1M 200
 //! valgrind --tool=callgrind target/release/examples/write_profile 64 20000
 //! ```
-//! Arguments: message size (as `roce bench --size`) and message count. The in-flight depth and
+//! Arguments: message size (as `roce bench --size`), message count and, optionally, a number
+//! of QP pairs to share the load as `roce bench --qps` shares it (`write_profile 1M 400 64`). The in-flight depth and
 //! batching are `roce bench`'s: 16 in flight, one by one, for large messages; 512 in flight in
 //! batches of 32 for messages under 4 KiB.
 //!
@@ -16,7 +17,8 @@
 
 use std::collections::BTreeMap;
 
-use roce_nic::bench;
+use roce_nic::bench::{self, qps::ManyQps, Until};
+use roce_nic::counters::Snapshot;
 use roce_nic::testbed;
 use roce_nic::verbs::{Mtu, QpType};
 
@@ -24,17 +26,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let size = roce_hostmem::parse_size(&args.next().unwrap_or_else(|| "1M".into()))?;
     let messages: u64 = args.next().unwrap_or_else(|| "100".into()).parse()?;
+    let qps: Option<usize> = args.next().map(|n| n.parse()).transpose()?;
     let (depth, batch) = if size >= 4096 { (16, 1) } else { (512, 32) };
-    let pair = testbed::pair(QpType::Rc, Mtu::M4096, 64 << 20)?;
-    // Warm-up: buffers stocked, pages touched, before the counted run.
-    bench::write_messages(pair.initiator(), size, depth, batch, depth as u64)?;
-    let acks_before = pair.dev_b.counters().tx_frames;
-    let before = thread_cpu();
-    let t = bench::write_messages(pair.initiator(), size, depth, batch, messages)?;
-    let after = thread_cpu();
-    let c = pair.dev_a.counters();
+    let (t, cpu, (c, target)) = match qps {
+        None => one_qp(size, depth, batch, messages)?,
+        Some(n) => many_qps(n, size, depth, batch, messages)?,
+    };
     // The target sends nothing but acknowledgements: how well they were coalesced.
-    let acks = pair.dev_b.counters().tx_frames - acks_before;
+    let acks = target.tx_frames;
     println!(
         "{} WRITEs of {size} B in {:.2?}: {:.2} Gbit/s, {:.3} M messages/s; {} retransmitted, {} tail probes; {acks} ACKs ({:.3} per message)",
         t.messages,
@@ -45,15 +44,76 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         c.tail_probes,
         acks as f64 / t.messages.max(1) as f64
     );
-    for (name, ticks) in &after {
-        let spent = ticks - before.get(name).copied().unwrap_or(0);
+    for (name, spent) in &cpu {
         println!(
             "  {name}: {:.2} s of CPU, {:.0} ns per message",
-            spent as f64 / ticks_per_second(),
-            spent as f64 / ticks_per_second() * 1e9 / t.messages as f64
+            *spent as f64 / ticks_per_second(),
+            *spent as f64 / ticks_per_second() * 1e9 / t.messages as f64
         );
     }
     Ok(())
+}
+
+/// What a counted run measured: its throughput, each thread's CPU ticks, and the counters the
+/// run added on the writer and on the target.
+type Measured = (
+    bench::Throughput,
+    BTreeMap<String, u64>,
+    (Snapshot, Snapshot),
+);
+
+/// The counted run on one QP pair, after a warm-up.
+fn one_qp(
+    size: usize,
+    depth: usize,
+    batch: usize,
+    messages: u64,
+) -> Result<Measured, Box<dyn std::error::Error>> {
+    let pair = testbed::pair(QpType::Rc, Mtu::M4096, 64 << 20)?;
+    // Warm-up: buffers stocked, pages touched, before the counted run.
+    bench::write_messages(pair.initiator(), size, depth, batch, depth as u64)?;
+    let counters = || (pair.dev_a.counters(), pair.dev_b.counters());
+    let (before, cpu) = (counters(), thread_cpu());
+    let t = bench::write_messages(pair.initiator(), size, depth, batch, messages)?;
+    Ok((t, since(cpu), added(before, counters())))
+}
+
+/// The counted run over `n` QP pairs sharing the load, as `roce bench --qps` runs it, after a
+/// warm-up.
+fn many_qps(
+    n: usize,
+    size: usize,
+    depth: usize,
+    batch: usize,
+    messages: u64,
+) -> Result<Measured, Box<dyn std::error::Error>> {
+    // Room for the 64-byte run's share of each QP, as `roce bench --qps` gives it.
+    let send_depth = 512usize.div_ceil(n).max(64).next_power_of_two().min(1024);
+    let qps = ManyQps::start(n, send_depth, Mtu::M4096, 1)?;
+    qps.writes(size, depth, batch, Until::Posted(depth as u64))?;
+    let (before, cpu) = (qps.counters(), thread_cpu());
+    let t = qps.writes(size, depth, batch, Until::Posted(messages))?;
+    Ok((t, since(cpu), added(before, qps.counters())))
+}
+
+/// The ticks each thread spent since `before`.
+fn since(before: BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+    let mut after = thread_cpu();
+    for (name, ticks) in after.iter_mut() {
+        *ticks -= before.get(name).copied().unwrap_or(0).min(*ticks);
+    }
+    after
+}
+
+/// The counters that grew between two snapshots of the writer's and the target's.
+fn added(before: (Snapshot, Snapshot), after: (Snapshot, Snapshot)) -> (Snapshot, Snapshot) {
+    let minus = |a: Snapshot, b: Snapshot| Snapshot {
+        retransmitted_packets: a.retransmitted_packets - b.retransmitted_packets,
+        tail_probes: a.tail_probes - b.tail_probes,
+        tx_frames: a.tx_frames - b.tx_frames,
+        ..a
+    };
+    (minus(after.0, before.0), minus(after.1, before.1))
 }
 
 /// User plus system CPU time of each thread of this process by name, in clock ticks, from

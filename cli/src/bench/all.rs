@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use roce_nic::bench::procs::{Medium, NicPair};
 use roce_nic::bench::qps::ManyQps;
 use roce_nic::bench::udp::{frames_for, UdpBaseline};
-use roce_nic::bench::{self, Initiator, Throughput};
+use roce_nic::bench::{self, Initiator, Throughput, Until};
 use roce_nic::link::mem;
 use roce_nic::testbed;
 use roce_nic::verbs::{Mtu, QpType, VerbsError};
@@ -396,10 +396,10 @@ fn qp_figures(plan: &Plan, n: usize, threads: usize) -> Result<QpFigures, Failur
         .min(1024);
     let qps = ManyQps::start(n, send_depth, plan.mtu, threads).map_err(verbs)?;
     let big = qps
-        .writes(plan.size, BIG.0, BIG.1, plan.duration)
+        .writes(plan.size, BIG.0, BIG.1, Until::Elapsed(plan.duration))
         .map_err(verbs)?;
     let small = qps
-        .writes(64, SMALL.0, SMALL.1, plan.duration)
+        .writes(64, SMALL.0, SMALL.1, Until::Elapsed(plan.duration))
         .map_err(verbs)?;
     Ok(QpFigures {
         qps: n,

@@ -101,9 +101,19 @@ pub fn write_messages(
 
 /// When a WRITE run stops posting.
 #[derive(Clone, Copy)]
-enum Until {
+pub enum Until {
     Elapsed(Duration),
     Posted(u64),
+}
+
+impl Until {
+    /// Whether a run that started at `start` and has posted `posted` messages stops posting.
+    fn reached(self, start: Instant, posted: u64) -> bool {
+        match self {
+            Until::Elapsed(duration) => start.elapsed() >= duration,
+            Until::Posted(messages) => posted >= messages,
+        }
+    }
 }
 
 fn write_until(
@@ -122,11 +132,7 @@ fn write_until(
     let (mut posted, mut done) = (0u64, 0u64);
     let mut stop = false;
     while !stop || done < posted {
-        stop = stop
-            || match until {
-                Until::Elapsed(duration) => start.elapsed() >= duration,
-                Until::Posted(messages) => posted >= messages,
-            };
+        stop = stop || until.reached(start, posted);
         while !stop && (posted - done) as usize + batch <= depth {
             wrs.clear();
             for i in 0..batch as u64 {

@@ -3,11 +3,9 @@
 //! message rate) are held to the single-QP run; the memory an idle QP takes is measured as
 //! the growth of this process's resident and mapped memory while the QPs are made.
 
-use std::time::Duration;
-
 use roce_hostmem::Region;
 
-use super::Throughput;
+use super::{Throughput, Until};
 use crate::link::mem;
 use crate::testbed::{self, all_access};
 use crate::verbs::*;
@@ -27,7 +25,7 @@ pub struct ManyQps {
     pub rss_per_qp: u64,
     pub mapped_per_qp: u64,
     // Devices last: the hosts' objects are destroyed first.
-    _devices: (Device, Device),
+    devices: (Device, Device),
 }
 
 /// One side: its context, CQ, region and QPs.
@@ -108,7 +106,7 @@ impl ManyQps {
             a,
             b,
             send_depth,
-            _devices: (dev_a, dev_b),
+            devices: (dev_a, dev_b),
         })
     }
 
@@ -122,7 +120,12 @@ impl ManyQps {
         self.a.qps.is_empty()
     }
 
-    /// RDMA WRITEs of `size` bytes from side a to side b for about `duration`, `depth` in
+    /// The counters of the two NICs (the writer's, the target's).
+    pub fn counters(&self) -> (crate::counters::Snapshot, crate::counters::Snapshot) {
+        (self.devices.0.counters(), self.devices.1.counters())
+    }
+
+    /// RDMA WRITEs of `size` bytes from side a to side b `until` the run stops posting, `depth` in
     /// flight over all QPs, posted to the QPs in turn in batches of `batch` (the last of each
     /// signalled), so every QP carries its share.
     pub fn writes(
@@ -130,7 +133,7 @@ impl ManyQps {
         size: usize,
         depth: usize,
         batch: usize,
-        duration: Duration,
+        until: Until,
     ) -> Result<Throughput, VerbsError> {
         let n = self.len();
         let batch = batch.clamp(1, depth.max(1)).min(self.send_depth);
@@ -143,7 +146,7 @@ impl ManyQps {
         let start = std::time::Instant::now();
         let mut stop = false;
         while !stop || done < posted {
-            stop = stop || start.elapsed() >= duration;
+            stop = stop || until.reached(start, posted);
             // Post while the total allows, to the next QP in turn that has room.
             while !stop && (posted - done) as usize + batch <= depth {
                 let q = next;
