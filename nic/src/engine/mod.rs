@@ -635,6 +635,8 @@ pub(crate) struct EngineIo<'a> {
     counters: &'a Counters,
     active: &'a mut ActiveQps,
     sweep: &'a mut bool,
+    /// The room the next QP driven gets for packets in flight (`Ctx::send_room`).
+    pub(crate) send_room: u32,
 }
 
 impl EngineIo<'_> {
@@ -648,13 +650,14 @@ impl EngineIo<'_> {
         f: impl FnOnce(&mut Qp, &mut Ctx<'_>) -> R,
     ) -> R {
         let result = {
-            let (tables, counters) = (self.tables, self.counters);
+            let (tables, counters, send_room) = (self.tables, self.counters, self.send_room);
             let mut ctx = Ctx {
                 mrs: &tables.mrs,
                 ahs: &tables.ahs,
                 out: self,
                 counters,
                 now,
+                send_room,
             };
             let result = f(qp, &mut ctx);
             qp.settle(&mut ctx);

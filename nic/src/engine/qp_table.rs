@@ -102,6 +102,13 @@ impl ActiveQps {
         self.member[qpn as usize] = false;
     }
 
+    /// Moves the first QP to the end: the next pass starts with the one after it.
+    pub fn rotate(&mut self) {
+        if !self.list.is_empty() {
+            self.list.rotate_left(1);
+        }
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
         self.list.iter().copied()
     }

@@ -251,6 +251,10 @@ pub struct Ctx<'a> {
     pub out: &'a mut dyn Output,
     pub counters: &'a Counters,
     pub now: Instant,
+    /// The most packets the QP may have unacknowledged now, whatever its window: what its
+    /// engine's budget for packets in flight over all its QPs leaves it (`u32::MAX` where
+    /// nothing else limits it).
+    pub send_room: u32,
 }
 
 impl Ctx<'_> {

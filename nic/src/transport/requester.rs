@@ -227,9 +227,7 @@ pub fn run(qp: &mut Qp, ctx: &mut Ctx<'_>, budget: usize) -> usize {
         }
         let entry = qp.sq.entry(index);
         let packet_psn = psn::add(entry.first_psn, entry.sent);
-        if qp.qp_type == QpType::Rc
-            && psn::diff(packet_psn, qp.send.una) >= qp.send.window.packets() as i32
-        {
+        if qp.qp_type == QpType::Rc && psn::diff(packet_psn, qp.send.una) >= send_limit(qp, ctx) {
             break;
         }
         let tx_bytes = ctx
@@ -257,6 +255,12 @@ pub fn run(qp: &mut Qp, ctx: &mut Ctx<'_>, budget: usize) -> usize {
         arm_low_timer(qp, ctx.now, false, true);
     }
     sent
+}
+
+/// The most packets `qp` may have unacknowledged now: its window, or less where its engine's
+/// budget for packets in flight leaves it less room.
+fn send_limit(qp: &Qp, ctx: &Ctx<'_>) -> i32 {
+    qp.send.window.packets().min(ctx.send_room) as i32
 }
 
 /// The opcode of packet `n` of `npkts` of a request.
@@ -470,7 +474,11 @@ fn emit(qp: &mut Qp, ctx: &mut Ctx<'_>, index: u32, n: u32, probe: bool) -> Resu
     // packets nobody is asked to acknowledge.
     let every = ACK_REQ_EVERY.min(qp.send.window.packets() / 4).max(1);
     let ack_every = qp.send.since_ack_req + 1 >= every;
-    bth.ack_req = qp.qp_type == QpType::Rc && (last || ack_every || probe);
+    // The packet that uses the last of the room its engine left it (less than its window) asks
+    // too: the QP may send no more until an acknowledgement comes.
+    let fills_room = ctx.send_room < qp.send.window.packets()
+        && psn::diff(psn::add(packet_psn, 1), qp.send.una) >= ctx.send_room as i32;
+    bth.ack_req = qp.qp_type == QpType::Rc && (last || ack_every || probe || fills_room);
     // The solicited event bit goes on the packet that completes a receive at the peer.
     bth.solicited = last
         && wqe.flags.contains(SendFlags::SOLICITED)

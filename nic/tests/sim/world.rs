@@ -415,6 +415,7 @@ impl Node {
             events: &mut self.events,
         };
         let mut ctx = Ctx {
+            send_room: u32::MAX,
             mrs: &self.mrs,
             ahs: &self.ahs,
             out: &mut out,

@@ -8,6 +8,7 @@ mod common;
 mod cm;
 mod cq_overrun;
 mod dcqcn;
+mod in_flight;
 mod qp_states;
 mod rc_basic;
 mod rc_bypass;
