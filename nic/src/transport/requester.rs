@@ -64,6 +64,10 @@ pub struct SendState {
     /// Something was sent again (a probe, or the timer's go-back) since the responder last
     /// showed progress: no probe until it does.
     pub probe_spent: bool,
+    /// The PSN of the tail probe out, until its answer (or a go-back) comes: an ACK that
+    /// answers it names the last PSN the responder has, and what was sent after that PSN
+    /// before the probe was dropped (see `completer::on_ack`).
+    pub probed: Option<u32>,
     /// How many packets may be unacknowledged: losses shrink it, acknowledgements grow it.
     pub window: super::window::Window,
 }
@@ -83,6 +87,11 @@ pub const RTO_LOW_PACKETS: u32 = 3;
 pub const RTO_LOW_FLOOR: Duration = Duration::from_micros(100);
 /// The least the low timer waits on a QP that has lost packets (see [`rto_low`]).
 pub const RTO_LOW_LOSSY_FLOOR: Duration = Duration::from_micros(10);
+/// How long a QP that runs the low timer and has not lost a packet lets the line stay quiet,
+/// with more than [`RTO_LOW_PACKETS`] unacknowledged, before a tail probe: IRN's RTO_high
+/// (320 µs). A probe on a line that is merely slow (an engine that did not run for a while)
+/// is one duplicate packet, which the low timer's QPs accept anyway.
+pub const RTO_HIGH: Duration = Duration::from_micros(320);
 /// The most consecutive doublings of the low timer: a silent responder gets at most this many
 /// copies more per configured timeout than with the configured timer alone.
 const RTO_LOW_MAX_BACKOFF: u32 = 10;
@@ -336,6 +345,7 @@ pub fn probe(qp: &mut Qp, ctx: &mut Ctx<'_>) {
     };
     let n = psn::diff(qp.send.una, qp.sq.entry(index).first_psn) as u32;
     if emit(qp, ctx, index, n, true).is_ok() {
+        qp.send.probed = Some(qp.send.una);
         counters::bump(&ctx.counters.tail_probes);
         ctx.event(Event::Probe {
             qpn: qp.qpn,
@@ -355,7 +365,11 @@ pub fn probe(qp: &mut Qp, ctx: &mut Ctx<'_>) {
 ///
 /// With the low timer (`rto_low`) on a QP that has lost packets, the probe comes after the low
 /// timeout instead: its duplicates are what the low timer accepts anyway, and a quiet line
-/// with losses behind it is most likely one more.
+/// with losses behind it is most likely one more. With the low timer on a QP that has not,
+/// the floor is [`RTO_HIGH`] rather than a quarter of the timeout: such a QP's first loss
+/// whose sequence NAK is lost too leaves the responder silently dropping the rest of the
+/// window, and nothing but the probe ends that (the low timer runs only with a few packets
+/// unacknowledged); a quarter of a 67 ms timeout was a thousand round trips of silence.
 pub fn probe_interval(send: &SendState, timeout: u8, rto_low: bool) -> Option<Duration> {
     let t = retransmit_timeout(timeout)?;
     if rto_low && send.window.probe_floor().is_some() {
@@ -363,8 +377,12 @@ pub fn probe_interval(send: &SendState, timeout: u8, rto_low: bool) -> Option<Du
             return Some(low.min(t / 2));
         }
     }
-    let floor = send.window.probe_floor().map_or(t / 4, |f| f.min(t / 4));
-    Some((send.srtt * 4).max(floor).min(t / 2))
+    let floor = match send.window.probe_floor() {
+        Some(lossy) => lossy,
+        None if rto_low => RTO_HIGH,
+        None => t / 4,
+    };
+    Some((send.srtt * 4).max(floor.min(t / 4)).min(t / 2))
 }
 
 /// Builds and sends packet `n` of request `index` (a probe always asks for an ACK).
