@@ -456,12 +456,12 @@ impl Node {
             events: &mut self.events,
         };
         let mut ctx = Ctx {
-            send_room: u32::MAX,
             mrs: &self.mrs,
             ahs: &self.ahs,
             out: &mut out,
             counters: &self.counters,
             now,
+            send_room: u32::MAX,
         };
         let result = f(&mut self.qp, &mut ctx);
         self.qp.settle(&mut ctx);
