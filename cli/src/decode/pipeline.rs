@@ -502,6 +502,24 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_keeps_the_room_its_json_lines_left_and_writes_only_the_lines() {
+        let mut batch = Batch::new();
+        let mut seq = 0;
+        batch.start(&mut seq, None, false, Duration::ZERO);
+        // Lines of 6 bytes, and room after them.
+        batch.out.extend_from_slice(b"line1\n\0\0\0\0");
+        batch.end = Some(6);
+        assert_eq!(batch.output(), b"line1\n");
+        batch.start(&mut seq, None, false, Duration::ZERO);
+        assert_eq!(batch.output(), b"");
+        assert_eq!(batch.out.len(), 10, "the room stays");
+        // A batch whose output is all its own (the text views) starts empty.
+        batch.end = None;
+        batch.start(&mut seq, None, false, Duration::ZERO);
+        assert!(batch.out.is_empty());
+    }
+
+    #[test]
     fn the_reader_stays_a_bounded_distance_ahead_of_the_output_which_keeps_capture_order() {
         // 400 MB of capture, far more than the bound.
         let records = 100_000;

@@ -130,4 +130,19 @@ mod tests {
         active.insert(0x11);
         assert_eq!((active.len(), active.at(2)), (3, 0x11));
     }
+
+    #[test]
+    fn rotating_moves_the_first_qp_to_the_end() {
+        let mut active = ActiveQps::default();
+        active.rotate();
+        assert_eq!(active.len(), 0);
+        for qpn in [3, 4, 5] {
+            active.insert(qpn);
+        }
+        active.rotate();
+        assert_eq!(active.iter().collect::<Vec<_>>(), [4, 5, 3]);
+        // Still a member once each.
+        active.insert(3);
+        assert_eq!(active.len(), 3);
+    }
 }
