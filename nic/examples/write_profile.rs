@@ -12,7 +12,9 @@
 //!
 //! It also prints the CPU time each thread of the process (the host thread posting and polling,
 //! the two NICs' engines) spent on the counted messages: on a shared machine, where wall-clock
-//! rates wander, how the two cores' time divides between the threads still shows.
+//! rates wander, how the two cores' time divides between the threads still shows; and how
+//! often each thread went to sleep (its voluntary context switches: for the host thread, its
+//! waits on the completion queue).
 
 use std::collections::BTreeMap;
 
@@ -30,8 +32,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     bench::write_messages(pair.initiator(), size, depth, batch, depth as u64)?;
     let acks_before = pair.dev_b.counters().tx_frames;
     let before = thread_cpu();
+    let sleeps_before = thread_sleeps();
     let t = bench::write_messages(pair.initiator(), size, depth, batch, messages)?;
     let after = thread_cpu();
+    let sleeps_after = thread_sleeps();
     let c = pair.dev_a.counters();
     // The target sends nothing but acknowledgements: how well they were coalesced.
     let acks = pair.dev_b.counters().tx_frames - acks_before;
@@ -47,13 +51,41 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     for (name, ticks) in &after {
         let spent = ticks - before.get(name).copied().unwrap_or(0);
+        let sleeps = sleeps_after.get(name).copied().unwrap_or(0)
+            - sleeps_before.get(name).copied().unwrap_or(0);
         println!(
-            "  {name}: {:.2} s of CPU, {:.0} ns per message",
+            "  {name}: {:.2} s of CPU, {:.0} ns per message; slept {sleeps} times ({:.3} per message)",
             spent as f64 / ticks_per_second(),
-            spent as f64 / ticks_per_second() * 1e9 / t.messages as f64
+            spent as f64 / ticks_per_second() * 1e9 / t.messages as f64,
+            sleeps as f64 / t.messages as f64
         );
     }
     Ok(())
+}
+
+/// Voluntary context switches of each thread of this process by name, from
+/// /proc/self/task/*/status (empty where there is no /proc).
+fn thread_sleeps() -> BTreeMap<String, u64> {
+    let mut sleeps = BTreeMap::new();
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return sleeps;
+    };
+    for task in tasks.flatten() {
+        let Ok(status) = std::fs::read_to_string(task.path().join("status")) else {
+            continue;
+        };
+        let field = |key: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .map(|v| v.trim().to_string())
+        };
+        let (Some(name), Some(count)) = (field("Name:"), field("voluntary_ctxt_switches:")) else {
+            continue;
+        };
+        *sleeps.entry(name).or_default() += count.parse::<u64>().unwrap_or(0);
+    }
+    sleeps
 }
 
 /// User plus system CPU time of each thread of this process by name, in clock ticks, from
