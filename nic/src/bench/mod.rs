@@ -114,6 +114,20 @@ fn write_until(
     batch: usize,
     until: Until,
 ) -> Result<Throughput, VerbsError> {
+    let run = write_moderated(p, size, depth, batch, until);
+    // The queue wakes its next user at every completion again, whatever the run's outcome.
+    p.cq.moderate(Moderation::NONE);
+    run
+}
+
+/// [`write_until`]'s run, which moderates the completion queue's wake-ups as it goes.
+fn write_moderated(
+    p: Initiator<'_>,
+    size: usize,
+    depth: usize,
+    batch: usize,
+    until: Until,
+) -> Result<Throughput, VerbsError> {
     let batch = batch.clamp(1, depth.max(1));
     let slots = (p.len / size.max(1) as u64).clamp(1, 64);
     let mut wcs = vec![Wc::default(); 64];
@@ -174,7 +188,6 @@ fn write_until(
         }
     }
     let elapsed = start.elapsed();
-    p.cq.moderate(Moderation::NONE);
     Ok(Throughput {
         messages: done,
         bytes: done * size as u64,

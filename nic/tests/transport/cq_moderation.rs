@@ -109,3 +109,11 @@ fn moderation_off_is_the_default_and_a_count_of_one_or_no_period() {
         assert_eq!(waits, [1]);
     }
 }
+
+#[test]
+fn the_bench_moderates_its_queue_only_while_it_runs() {
+    let p = testbed::pair(QpType::Rc, Mtu::M1024, 1 << 16).unwrap();
+    let t = roce_nic::bench::write_messages(p.initiator(), 64, 64, 8, 256).unwrap();
+    assert_eq!(t.messages, 256);
+    assert_eq!(p.a.cq.moderation(), Moderation::NONE);
+}
