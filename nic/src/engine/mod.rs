@@ -148,6 +148,9 @@ pub(crate) struct Engine {
     /// A frame for QP1 (a CM MAD, or a datagram for the host holding QP1), handled once the
     /// world is held; the frames after it wait in the link.
     gsi_frame: Option<FrameBuf>,
+    /// The frames of this receive batch already delivered, dropped together at its end (see
+    /// [`Engine::receive`]).
+    delivered: Vec<FrameBuf>,
     /// How long a held request waits for a MAC before it fails.
     resolve_timeout: Duration,
     /// What a sleeping engine watches (kept to reuse its allocation).
@@ -268,6 +271,7 @@ impl Engine {
             awaiting_neighbour: Vec::new(),
             resolved: Vec::new(),
             gsi_frame: None,
+            delivered: Vec::with_capacity(RX_BUDGET),
             resolve_timeout: setup.resolve_timeout,
             interests: Vec::new(),
             pollfds: Vec::new(),
@@ -516,6 +520,12 @@ impl Engine {
             }
         }
         shard.flush_acks(tables, &mut self.tx, &self.counters, now);
+        // A delivered frame's payload went into host memory with streaming stores, and
+        // dropping its buffer is a locked decrement (its pool's `Arc`), which waits until those
+        // stores have drained: dropped one by one, every frame waited for its own stores (14%
+        // of a cable receiver's samples); dropped here, the stores drain while the next frames
+        // are parsed and checked, and only the first drop of the batch waits.
+        self.delivered.clear();
         n > 0
     }
 

@@ -92,6 +92,8 @@ impl Engine {
             frame,
             now,
         );
+        // Dropped with the rest of the batch (`Engine::receive`).
+        self.delivered.push(buf);
     }
 
     /// With the world held: a frame for QP1 (checked as for us, its ICRC verified and its

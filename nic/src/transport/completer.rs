@@ -73,6 +73,27 @@ fn on_ack(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32) {
         }
     }
     advance_una(qp, ctx, psn::add(p, 1));
+    if qp.send.probed.take() == Some(p) {
+        probe_answered(qp, ctx, p);
+    }
+}
+
+/// The ACK that answers a tail probe names the probe's own PSN `p`: the responder took the
+/// probe in sequence, so it never had that packet — and everything sent after it, which
+/// reached it before the probe, it dropped as out of sequence (the sequence NAK it sent once
+/// for the gap was lost, or the line lost the whole tail). Going back from the packet after
+/// `p` now recovers in the probe's round trip; otherwise the next probe, a probe interval
+/// later, would bring one packet more (a QP that never lost a packet runs no low timer with
+/// more than a few unacknowledged). A responder that had `p` answers the probe as a
+/// duplicate, with the last PSN it received, which is not `p` while more was sent — unless a
+/// coalesced ACK for `p` was already on its way, and then the go-back is a needless resend,
+/// never a wrong one.
+fn probe_answered(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32) {
+    let next = psn::add(p, 1);
+    if qp.sq.is_empty() || !psn::before(next, qp.send.high) || qp.send.recovering.is_some() {
+        return;
+    }
+    go_back(qp, ctx, next, GoBackReason::ProbeAnswered);
 }
 
 /// Retires, in order, the SEND and WRITE requests whose last PSN is `p` or before, and fails
@@ -197,6 +218,7 @@ fn on_rnr_nak(qp: &mut Qp, ctx: &mut Ctx<'_>, p: u32, timer: u8) {
         wait,
     });
     qp.send.rnr_wait = Some((ctx.now + wait, p));
+    qp.send.probed = None;
     qp.send.timer = None;
     qp.send.low_timer = None;
     // The RNR retry is the next word on the line; a probe armed before would only double it.
@@ -400,6 +422,7 @@ fn timeout_go_back(qp: &mut Qp, ctx: &mut Ctx<'_>, low: bool) {
     // Karn: a round trip timed across a resend measures nothing.
     qp.send.rtt_sample = None;
     qp.send.probe_at = None;
+    qp.send.probed = None;
     qp.send.probe_spent = true;
 }
 
@@ -454,6 +477,7 @@ fn go_back(qp: &mut Qp, ctx: &mut Ctx<'_>, from: u32, why: GoBackReason) {
     qp.send.rtt_sample = None;
     // What is sent again asks for an answer itself: no probe on top of it.
     qp.send.probe_at = None;
+    qp.send.probed = None;
     if qp.sq.rewind_to(from) {
         qp.send.recovering = Some(from);
         qp.send.timer = retransmit_timeout(qp.attrs.timeout).map(|t| ctx.now + t);

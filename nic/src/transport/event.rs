@@ -27,6 +27,9 @@ pub enum GoBackReason {
     ReadResponseMissing,
     /// An answer arrived past a READ or atomic still waiting for its own.
     AtomicOrReadAnswerMissing,
+    /// The answer to a tail probe acknowledged less than was sent: the responder had not
+    /// received the packet after the one it names, and dropped what followed it.
+    ProbeAnswered,
 }
 
 impl GoBackReason {
@@ -36,6 +39,7 @@ impl GoBackReason {
             GoBackReason::SequenceNak => "PSN sequence error",
             GoBackReason::ReadResponseMissing => "READ response missing",
             GoBackReason::AtomicOrReadAnswerMissing => "atomic or READ answer missing",
+            GoBackReason::ProbeAnswered => "a probe's answer shows a gap",
         }
     }
 }

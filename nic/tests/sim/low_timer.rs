@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
-use roce_nic::transport::requester::{RTO_LOW_FLOOR, RTO_LOW_LOSSY_FLOOR, RTO_LOW_PACKETS};
+use roce_nic::transport::requester::{
+    RTO_HIGH, RTO_LOW_FLOOR, RTO_LOW_LOSSY_FLOOR, RTO_LOW_PACKETS,
+};
 use roce_nic::transport::EventKind;
 use roce_nic::verbs::{QpState, SendFlags, SendOp, SendWr, Sge, WcStatus};
 use roce_wire::aeth::Syndrome;
@@ -273,4 +275,58 @@ fn a_low_timeout_cuts_the_window_as_a_loss_and_the_configured_one_to_its_minimum
             "rto_low {rto_low}"
         );
     }
+}
+
+/// A QP that never lost a packet loses one, and the peer's sequence NAK for it is lost too:
+/// the peer drops the rest silently (it NAKs a gap once), and more than [`RTO_LOW_PACKETS`]
+/// are unacknowledged, so no low timer runs. The probe comes after IRN's RTO_high, not a
+/// quarter of the 67 ms timeout; the peer takes it in sequence and acknowledges it — its own
+/// PSN, so the peer had dropped everything after it — and the requester goes back from the
+/// next packet at once, rather than a probe interval later for each packet.
+#[test]
+fn a_lost_first_nak_is_recovered_in_a_probe_interval() {
+    let mut b = bench(true);
+    learn_rtt(&mut b, Duration::from_micros(20));
+    for wr_id in 0..8 {
+        write(&mut b, 10 + wr_id);
+    }
+    assert_eq!(b.sent().len(), 8);
+    assert!(!b.node.qp.send.window.lossy(), "no loss seen yet");
+    // The first of them was lost, and the NAK the second provoked.
+    b.wait(Duration::from_micros(300));
+    assert!(b.sent().is_empty(), "nothing before the probe interval");
+    b.wait(RTO_HIGH - Duration::from_micros(300) + Duration::from_micros(5));
+    let probe: Vec<_> = b.sent().iter().map(|s| s.psn).collect();
+    assert_eq!(probe, [PSN + 1], "the probe, after RTO_high");
+    b.ack(PSN + 1, Syndrome::ack());
+    let again: Vec<_> = b.sent().iter().map(|s| s.psn).collect();
+    assert_eq!(
+        again,
+        (PSN + 2..PSN + 9).collect::<Vec<_>>(),
+        "the probe's answer shows the gap: go back at once"
+    );
+    assert_eq!(b.count(EventKind::GoBack), 1);
+    b.ack(PSN + 8, Syndrome::ack());
+    let done = b.completions();
+    assert_eq!(done.len(), 8);
+    assert!(done.iter().all(|wc| wc.status == WcStatus::Success));
+}
+
+/// A probe answered as a duplicate (the peer had its packet and everything after it; only
+/// the ACKs were lost) names the last PSN sent: nothing is sent again.
+#[test]
+fn a_probe_answered_for_everything_sends_nothing_again() {
+    let mut b = bench(true);
+    learn_rtt(&mut b, Duration::from_micros(20));
+    for wr_id in 0..8 {
+        write(&mut b, 10 + wr_id);
+    }
+    assert_eq!(b.sent().len(), 8);
+    b.wait(RTO_HIGH + Duration::from_micros(5));
+    let probe: Vec<_> = b.sent().iter().map(|s| s.psn).collect();
+    assert_eq!(probe, [PSN + 1]);
+    b.ack(PSN + 8, Syndrome::ack());
+    assert!(b.sent().is_empty());
+    assert_eq!(b.count(EventKind::GoBack), 0);
+    assert_eq!(b.completions().len(), 8);
 }

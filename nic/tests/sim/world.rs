@@ -98,11 +98,35 @@ impl Ord for InFlight {
     }
 }
 
+/// What an engine thread spends on its work, for a world whose nodes take time: a node then
+/// works one pass at a time (up to [`RX_BATCH`] frames in, the coalesced ACK, up to
+/// [`TX_BUDGET`] packets out, its timers), each frame costing it `base` + `per_byte` × its
+/// length and leaving the moment it is built, and takes nothing in before the pass is over —
+/// as the engine of `roce bench`'s in-process NICs does, whose round trip is mostly the
+/// passes themselves. Without it (`World::cpu` is `None`) everything a node does takes no
+/// time.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Cpu {
+    /// A pass's own cost (polling the link, reading the clock, the timers).
+    pub pass: Nanos,
+    /// Per frame taken in or sent.
+    pub base: Nanos,
+    /// Per thousand bytes of a frame taken in or sent (the copy and the ICRC).
+    pub per_kilobyte: Nanos,
+}
+
+impl Cpu {
+    fn frame(&self, len: usize) -> Nanos {
+        self.base + (len as Nanos * self.per_kilobyte) / 1000
+    }
+}
+
 /// Frames between the nodes, with the faults applied as they are sent.
 pub struct Wire {
     pub faults: Faults,
     rng: XorShiftRng,
-    queue: BinaryHeap<InFlight>,
+    /// Frames on their way to each node.
+    queue: [BinaryHeap<InFlight>; 2],
     seq: u64,
     /// Buffers to reuse: the simulation allocates nothing per frame once warm.
     free: Vec<Box<[u8]>>,
@@ -155,7 +179,7 @@ impl Wire {
         Wire {
             faults,
             rng: XorShiftRng::seed_from_u64(seed),
-            queue: BinaryHeap::new(),
+            queue: [BinaryHeap::new(), BinaryHeap::new()],
             seq: 0,
             free: Vec::new(),
             stats: WireStats::default(),
@@ -209,7 +233,7 @@ impl Wire {
                 b
             };
             self.seq += 1;
-            self.queue.push(InFlight {
+            self.queue[to].push(InFlight {
                 at,
                 seq: self.seq,
                 to,
@@ -220,7 +244,24 @@ impl Wire {
     }
 
     fn next_at(&self) -> Option<Nanos> {
-        self.queue.peek().map(|f| f.at)
+        self.queue
+            .iter()
+            .filter_map(|q| q.peek())
+            .map(|f| f.at)
+            .min()
+    }
+
+    /// When the next frame on its way to node `to` arrives.
+    fn next_to(&self, to: usize) -> Option<Nanos> {
+        self.queue[to].peek().map(|f| f.at)
+    }
+
+    /// The earliest frame on its way to either node, if due by `now`.
+    fn pop_due(&mut self, now: Nanos) -> Option<InFlight> {
+        let to = (0..2)
+            .filter(|&i| self.next_to(i).is_some_and(|at| at <= now))
+            .min_by_key(|&i| self.queue[i].peek().map(|f| (f.at, f.seq)))?;
+        self.queue[to].pop()
     }
 }
 
@@ -564,6 +605,10 @@ pub struct World {
     pub wire: Wire,
     start: Instant,
     pub now: Nanos,
+    /// The engines' costs, if the nodes' work takes time.
+    pub cpu: Option<Cpu>,
+    /// With `cpu`: when each node's pass under way ends.
+    busy_until: [Nanos; 2],
 }
 
 impl World {
@@ -587,6 +632,8 @@ impl World {
             wire: Wire::new(faults, seed),
             start,
             now: 0,
+            cpu: None,
+            busy_until: [0; 2],
         }
     }
 
@@ -597,6 +644,14 @@ impl World {
     /// Delivers the frames due now and lets both nodes work, until nothing more happens at
     /// this instant.
     pub fn settle_now(&mut self) {
+        if let Some(cpu) = self.cpu {
+            for i in 0..2 {
+                if self.busy_until[i] <= self.now {
+                    self.pass(i, cpu);
+                }
+            }
+            return;
+        }
         loop {
             let mut busy = self.deliver_due();
             let now = self.instant();
@@ -610,11 +665,53 @@ impl World {
         }
     }
 
+    /// One engine pass of node `i` that takes time (see [`Cpu`]): the frames due, the ACK, the
+    /// QP's work and timers, with what it sends leaving as it is built.
+    fn pass(&mut self, i: usize, cpu: Cpu) {
+        let now = self.instant();
+        let mut t = self.now + cpu.pass;
+        let mut received = 0;
+        while received < RX_BATCH && self.wire.next_to(i).is_some_and(|at| at <= self.now) {
+            let InFlight { frame, len, .. } = self.wire.queue[i].pop().expect("a frame");
+            t += cpu.frame(len);
+            self.nodes[i].receive(&frame[..len], now);
+            self.wire.free.push(frame);
+            received += 1;
+            t = self.flush_outbox_from(i, t, cpu);
+        }
+        if received > 0 {
+            self.nodes[i].end_batch(now);
+            t = self.flush_outbox_from(i, t, cpu);
+        }
+        let worked = self.nodes[i].work(now);
+        let sent_at = t;
+        t = self.flush_outbox_from(i, t, cpu);
+        if received > 0 || worked || t > sent_at {
+            self.busy_until[i] = t;
+        }
+    }
+
+    /// Puts node `from`'s outbox on the wire, one frame after the other from `t` on; returns
+    /// when the last has left.
+    fn flush_outbox_from(&mut self, from: usize, mut t: Nanos, cpu: Cpu) -> Nanos {
+        let node = &mut self.nodes[from];
+        while node.free.len() < 64 {
+            match self.wire.free.pop() {
+                Some(b) => node.free.push(b),
+                None => break,
+            }
+        }
+        for (frame, len) in node.outbox.drain(..) {
+            t += cpu.frame(len);
+            self.wire.carry(t, 1 - from, frame, len);
+        }
+        t
+    }
+
     fn deliver_due(&mut self) -> bool {
         let now = self.instant();
         let mut delivered = [0usize; 2];
-        while self.wire.next_at().is_some_and(|at| at <= self.now) {
-            let InFlight { to, frame, len, .. } = self.wire.queue.pop().expect("a frame");
+        while let Some(InFlight { to, frame, len, .. }) = self.wire.pop_due(self.now) {
             self.nodes[to].receive(&frame[..len], now);
             self.wire.free.push(frame);
             delivered[to] += 1;
@@ -649,10 +746,24 @@ impl World {
 
     /// The next time something is due: a frame, a timer, or `host` (a host's own plan).
     pub fn next_event(&self, host: Option<Nanos>) -> Option<Nanos> {
-        let timers = self.nodes.iter().filter_map(|n| {
+        let timer = |n: &Node| {
             n.qp.deadline()
                 .map(|d| d.saturating_duration_since(self.start).as_nanos() as Nanos)
-        });
+        };
+        if self.cpu.is_some() {
+            // A node busy with a pass takes nothing in and runs no timer before it ends, and
+            // when it ends it looks for more work.
+            let per_node = (0..2).flat_map(|i| {
+                let busy = self.busy_until[i];
+                [self.wire.next_to(i), timer(&self.nodes[i])]
+                    .into_iter()
+                    .flatten()
+                    .map(move |t| t.max(busy))
+                    .chain((busy > self.now).then_some(busy))
+            });
+            return per_node.chain(host).min().map(|t| t.max(self.now));
+        }
+        let timers = self.nodes.iter().filter_map(timer);
         self.wire
             .next_at()
             .into_iter()
