@@ -13,7 +13,9 @@
 //!
 //! It also prints the CPU time each thread of the process (the host thread posting and polling,
 //! the two NICs' engines) spent on the counted messages: on a shared machine, where wall-clock
-//! rates wander, how the two cores' time divides between the threads still shows.
+//! rates wander, how the two cores' time divides between the threads still shows; and how
+//! often each thread went to sleep (its voluntary context switches: for the host thread, its
+//! waits on the completion queue).
 
 use std::collections::BTreeMap;
 
@@ -28,7 +30,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let messages: u64 = args.next().unwrap_or_else(|| "100".into()).parse()?;
     let qps: Option<usize> = args.next().map(|n| n.parse()).transpose()?;
     let (depth, batch) = if size >= 4096 { (16, 1) } else { (512, 32) };
-    let (t, cpu, (c, target)) = match qps {
+    let (t, (cpu, sleeps), (c, target)) = match qps {
         None => one_qp(size, depth, batch, messages)?,
         Some(n) => many_qps(n, size, depth, batch, messages)?,
     };
@@ -45,20 +47,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         acks as f64 / t.messages.max(1) as f64
     );
     for (name, spent) in &cpu {
+        let slept = sleeps.get(name).copied().unwrap_or(0);
         println!(
-            "  {name}: {:.2} s of CPU, {:.0} ns per message",
+            "  {name}: {:.2} s of CPU, {:.0} ns per message; slept {slept} times ({:.3} per message)",
             *spent as f64 / ticks_per_second(),
-            *spent as f64 / ticks_per_second() * 1e9 / t.messages as f64
+            *spent as f64 / ticks_per_second() * 1e9 / t.messages as f64,
+            slept as f64 / t.messages as f64
         );
     }
     Ok(())
 }
 
-/// What a counted run measured: its throughput, each thread's CPU ticks, and the counters the
-/// run added on the writer and on the target.
+/// What a counted run measured: its throughput, each thread's CPU ticks and sleeps, and the
+/// counters the run added on the writer and on the target.
 type Measured = (
     bench::Throughput,
-    BTreeMap<String, u64>,
+    (BTreeMap<String, u64>, BTreeMap<String, u64>),
     (Snapshot, Snapshot),
 );
 
@@ -73,9 +77,9 @@ fn one_qp(
     // Warm-up: buffers stocked, pages touched, before the counted run.
     bench::write_messages(pair.initiator(), size, depth, batch, depth as u64)?;
     let counters = || (pair.dev_a.counters(), pair.dev_b.counters());
-    let (before, cpu) = (counters(), thread_cpu());
+    let (before, threads) = (counters(), (thread_cpu(), thread_sleeps()));
     let t = bench::write_messages(pair.initiator(), size, depth, batch, messages)?;
-    Ok((t, since(cpu), added(before, counters())))
+    Ok((t, since(threads), added(before, counters())))
 }
 
 /// The counted run over `n` QP pairs sharing the load, as `roce bench --qps` runs it, after a
@@ -91,18 +95,25 @@ fn many_qps(
     let send_depth = 512usize.div_ceil(n).max(64).next_power_of_two().min(1024);
     let qps = ManyQps::start(n, send_depth, Mtu::M4096, 1)?;
     qps.writes(size, depth, batch, Until::Posted(depth as u64))?;
-    let (before, cpu) = (qps.counters(), thread_cpu());
+    let (before, threads) = (qps.counters(), (thread_cpu(), thread_sleeps()));
     let t = qps.writes(size, depth, batch, Until::Posted(messages))?;
-    Ok((t, since(cpu), added(before, qps.counters())))
+    Ok((t, since(threads), added(before, qps.counters())))
 }
 
-/// The ticks each thread spent since `before`.
-fn since(before: BTreeMap<String, u64>) -> BTreeMap<String, u64> {
-    let mut after = thread_cpu();
-    for (name, ticks) in after.iter_mut() {
-        *ticks -= before.get(name).copied().unwrap_or(0).min(*ticks);
-    }
-    after
+/// The ticks each thread spent and the times it slept since `before` (both by thread name).
+fn since(
+    before: (BTreeMap<String, u64>, BTreeMap<String, u64>),
+) -> (BTreeMap<String, u64>, BTreeMap<String, u64>) {
+    let grown = |before: BTreeMap<String, u64>, mut after: BTreeMap<String, u64>| {
+        for (name, n) in after.iter_mut() {
+            *n -= before.get(name).copied().unwrap_or(0).min(*n);
+        }
+        after
+    };
+    (
+        grown(before.0, thread_cpu()),
+        grown(before.1, thread_sleeps()),
+    )
 }
 
 /// The counters that grew between two snapshots of the writer's and the target's.
@@ -114,6 +125,31 @@ fn added(before: (Snapshot, Snapshot), after: (Snapshot, Snapshot)) -> (Snapshot
         ..a
     };
     (minus(after.0, before.0), minus(after.1, before.1))
+}
+
+/// Voluntary context switches of each thread of this process by name, from
+/// /proc/self/task/*/status (empty where there is no /proc).
+fn thread_sleeps() -> BTreeMap<String, u64> {
+    let mut sleeps = BTreeMap::new();
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return sleeps;
+    };
+    for task in tasks.flatten() {
+        let Ok(status) = std::fs::read_to_string(task.path().join("status")) else {
+            continue;
+        };
+        let field = |key: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .map(|v| v.trim().to_string())
+        };
+        let (Some(name), Some(count)) = (field("Name:"), field("voluntary_ctxt_switches:")) else {
+            continue;
+        };
+        *sleeps.entry(name).or_default() += count.parse::<u64>().unwrap_or(0);
+    }
+    sleeps
 }
 
 /// User plus system CPU time of each thread of this process by name, in clock ticks, from

@@ -174,7 +174,8 @@ impl Cq {
     }
 
     /// Makes the completions written so far visible to the consumer, and wakes it if it waits
-    /// for one.
+    /// for as many as now wait in the queue (the notify word: 1 for any completion, more for a
+    /// consumer that moderates its wake-ups, see `CompletionQueue::moderate`).
     pub fn publish(&self) {
         self.publish_held(&mut self.producing());
     }
@@ -186,7 +187,15 @@ impl Cq {
         // The data a completion reports is in host memory before the completion is.
         roce_hostmem::fence_writes();
         p.producer.publish();
-        if self.ring.notify().swap(0, Ordering::SeqCst) != 0 {
+        // A load first: a consumer busy polling asks for nothing, and a locked swap at every
+        // publish would cost it the cache line for nothing. The consumer stores its wish before
+        // it looks at the producer index, and we published before we look at its wish (both
+        // sequentially consistent), so one of the two sides sees the other.
+        let want = self.ring.notify().load(Ordering::SeqCst);
+        if want != 0
+            && p.producer.pending() >= want
+            && self.ring.notify().swap(0, Ordering::SeqCst) != 0
+        {
             self.event.signal();
         }
     }
@@ -298,6 +307,47 @@ mod tests {
         assert_eq!(consumer.available(), 2);
         cq.publish();
         assert_eq!(cq.event().fd.drain(), 1, "one wake-up for the two");
+    }
+
+    #[test]
+    fn a_consumer_that_asks_for_several_is_woken_once_that_many_wait() {
+        let counters = Counters::default();
+        let (cq, mut consumer) = queue(0, 8);
+        // A completion left over from before: it counts towards the four.
+        cq.write(&wc(0), &counters);
+        cq.publish();
+        cq.ring().notify().store(4, Ordering::SeqCst);
+        for id in 1..3 {
+            cq.write(&wc(id), &counters);
+            cq.publish();
+            assert_eq!(cq.event().fd.drain(), 0, "{} of 4 waiting", id + 1);
+        }
+        assert_eq!(cq.ring().notify().load(Ordering::SeqCst), 4);
+        cq.write(&wc(3), &counters);
+        cq.publish();
+        assert_eq!(cq.event().fd.drain(), 1, "the fourth wakes");
+        assert_eq!(
+            cq.ring().notify().load(Ordering::SeqCst),
+            0,
+            "the wish is spent"
+        );
+        // What the consumer released no longer counts.
+        let mut slot = [0u8; CQE_SIZE];
+        while consumer.next(&mut slot) {
+            consumer.release(1);
+        }
+        cq.ring().notify().store(2, Ordering::SeqCst);
+        cq.write(&wc(4), &counters);
+        cq.publish();
+        assert_eq!(cq.event().fd.drain(), 0);
+        cq.write(&wc(5), &counters);
+        cq.publish();
+        assert_eq!(cq.event().fd.drain(), 1);
+        // Nobody asking: no wake-up, and the word stays untouched.
+        cq.write(&wc(6), &counters);
+        cq.publish();
+        assert_eq!(cq.event().fd.drain(), 0);
+        assert_eq!(cq.ring().notify().load(Ordering::SeqCst), 0);
     }
 
     #[test]

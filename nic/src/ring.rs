@@ -6,7 +6,8 @@
 //! ```text
 //! offset 0    producer index (u32, free-running)   <- written by the producer only
 //! offset 64   consumer index (u32, free-running)   <- written by the consumer only
-//! offset 96   notify word (u32)                     <- completion queues: "wake me" flag
+//! offset 96   notify word (u32)                     <- completion queues: "wake me once this
+//!                                                      many entries wait" (0: no wake-up)
 //! offset 100  overrun word (u32)                    <- completion queues: set by the NIC when
 //!                                                      the queue was full and it lost a completion
 //! offset 128  slot 0, slot 1, ... (capacity a power of two)
@@ -222,6 +223,11 @@ impl Producer {
     pub fn free(&self) -> u32 {
         let used = self.head.wrapping_sub(self.ring.consumer_index());
         self.ring.capacity().saturating_sub(used)
+    }
+
+    /// Slots written (published or not) that the consumer has not released yet.
+    pub fn pending(&self) -> u32 {
+        self.head.wrapping_sub(self.ring.consumer_index())
     }
 
     /// Writes the next slot (without publishing it). False when the ring is full.

@@ -165,6 +165,7 @@ impl Context {
                     cq,
                     consumer: Mutex::new(Consumer::new(Ring::attach(ring.region, ring.geometry)?)),
                     event,
+                    moderation: Mutex::default(),
                 }),
             }),
             _ => Err(self.inner.unexpected("create_cq")),

@@ -18,6 +18,37 @@ pub(super) struct CqInner {
     pub(super) cq: u32,
     pub(super) consumer: Mutex<Consumer>,
     pub(super) event: Arc<EventLine>,
+    pub(super) moderation: Mutex<Moderation>,
+}
+
+/// When a host sleeping in [`CompletionQueue::try_wait`] is woken, as `ibv_modify_cq`'s
+/// `cq_count` and `cq_period` moderate a hardware CQ's events: once `count` completions wait
+/// in the queue, or once it has slept `period` and any completion waits. Fewer wake-ups for a
+/// host that keeps many WRITEs in flight: each wake-up is a system call on the NIC's engine
+/// thread and a scheduling of the host's thread, on the cores the engines run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Moderation {
+    pub count: u32,
+    pub period: Duration,
+}
+
+impl Moderation {
+    /// Every completion wakes a sleeping host (the default; also any `count` of 0 or 1, or a
+    /// zero `period`).
+    pub const NONE: Moderation = Moderation {
+        count: 1,
+        period: Duration::ZERO,
+    };
+
+    fn active(&self) -> bool {
+        self.count > 1 && !self.period.is_zero()
+    }
+}
+
+impl Default for Moderation {
+    fn default() -> Moderation {
+        Moderation::NONE
+    }
 }
 
 impl Drop for CqInner {
@@ -76,9 +107,16 @@ impl CompletionQueue {
     /// Like [`CompletionQueue::poll`], but sleeps until at least one completion arrives or
     /// `timeout` passes (then returns 0). Completions already written are returned even after
     /// the NIC stopped; after that, a stopped NIC is [`VerbsError::DeviceGone`], never a hang.
+    ///
+    /// With [`CompletionQueue::moderate`] a sleep ends only once that many completions wait,
+    /// or its period has passed and at least one does; completions already there when it is
+    /// called are returned at once, without a sleep.
     pub fn try_wait(&self, out: &mut [Wc], timeout: Option<Duration>) -> Result<usize, VerbsError> {
         let ctx = &self.inner.ctx;
         let deadline = timeout.map(|t| Instant::now() + t);
+        let moderation = self.moderation();
+        // Until when a sleep waits for `moderation.count` completions rather than one.
+        let mut moderated_until = None;
         loop {
             let n = self.poll(out);
             if n > 0 {
@@ -88,18 +126,25 @@ impl CompletionQueue {
             if self.overran() {
                 return Err(VerbsError::CqOverrun(self.inner.cq));
             }
+            let now = Instant::now();
+            let moderated = moderation.active()
+                && now < *moderated_until.get_or_insert(now + moderation.period);
             // Ask for an event, then look once more: a completion written before the request
             // was seen would otherwise be slept through.
-            self.notify_flag(1);
+            self.notify_flag(if moderated { moderation.count } else { 1 });
             let n = self.poll(out);
             if n > 0 {
                 self.notify_flag(0);
                 return Ok(n);
             }
-            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            let mut left = deadline.map(|d| d.saturating_duration_since(now));
             if left == Some(Duration::ZERO) {
                 self.notify_flag(0);
                 return Ok(0);
+            }
+            if let (true, Some(until)) = (moderated, moderated_until) {
+                let period_left = until - now;
+                left = Some(left.map_or(period_left, |l| l.min(period_left)));
             }
             if self.inner.event.wait(left, ctx.backend.hangup_fd()) == Woken::HungUp {
                 self.notify_flag(0);
@@ -109,6 +154,26 @@ impl CompletionQueue {
                 return if n > 0 { Ok(n) } else { Err(ctx.device_gone()) };
             }
         }
+    }
+
+    /// `ibv_modify_cq`'s moderation, for [`CompletionQueue::try_wait`] and
+    /// [`CompletionQueue::wait`] (not for [`CompletionQueue::request_notify`]: a completion
+    /// channel's event still fires at the next completion).
+    pub fn moderate(&self, moderation: Moderation) {
+        *self
+            .inner
+            .moderation
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = moderation;
+    }
+
+    /// The moderation [`CompletionQueue::moderate`] set last.
+    pub fn moderation(&self) -> Moderation {
+        *self
+            .inner
+            .moderation
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     /// `ibv_req_notify_cq`: the next completion signals the CQ's event descriptor.

@@ -23,7 +23,7 @@ pub use ah::AddressHandle;
 pub use backend::Backend;
 pub use cm::CmId;
 pub use context::Context;
-pub use cq::CompletionQueue;
+pub use cq::{CompletionQueue, Moderation};
 pub use mr::MemoryRegion;
 pub use pd::ProtectionDomain;
 pub use qp::QueuePair;

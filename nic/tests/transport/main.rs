@@ -6,6 +6,7 @@
 mod common;
 
 mod cm;
+mod cq_moderation;
 mod cq_overrun;
 mod dcqcn;
 mod in_flight;
