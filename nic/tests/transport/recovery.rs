@@ -250,9 +250,17 @@ fn retries_run_out_into_transport_retry_exceeded() {
         (1, 3),
         "a probe, then timeouts: {a:?}"
     );
-    roce_testkit::eventually("b answers each of the four copies", || {
-        script.dropped_b.load(Ordering::Relaxed) == 4
+    // b saw the request and its three copies, and answered: each at once if its engine took
+    // them one per pass, fewer answers if a slow pass (a loaded machine) took two copies in one
+    // batch — duplicates are acknowledged again once per batch, as any ACK is coalesced.
+    roce_testkit::eventually("b sees the three copies as duplicates", || {
+        p.dev_b.counters().rx_duplicates == 3
     });
+    roce_testkit::eventually("b answers the request and its copies", || {
+        script.dropped_b.load(Ordering::Relaxed) >= 2
+    });
+    let answers = script.dropped_b.load(Ordering::Relaxed);
+    assert!(answers <= 4, "{answers} answers to four packets");
     // The probe, then 3 × 4.096 µs × 2^10 ≈ 12.6 ms at least.
     assert!(started.elapsed() >= Duration::from_millis(12));
 }
