@@ -169,6 +169,9 @@ fn write_moderated(
             }
             p.qp.post_send(&wrs)?;
             posted += batch as u64;
+            // Checked at every batch: a moderated wake-up frees half the queue at once, and a
+            // run of a given count must not post its last batches past it.
+            stop = until.reached(start, posted);
         }
         // The queue holds all it may: nothing to do until a completion comes. Two cores run
         // three threads here (this one and two NIC engines), so this one sleeps on the

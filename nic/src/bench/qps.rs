@@ -175,6 +175,8 @@ impl ManyQps {
                 self.a.qps[q].post_send(&wrs)?;
                 in_flight_per_qp[q] += batch;
                 posted += batch as u64;
+                // Checked at every batch: one wake-up may free several batches' room.
+                stop = until.reached(start, posted);
             }
             // Nothing more may be posted until a completion comes: sleep for it, as
             // `write_throughput` does, rather than spin through the engines' time.
