@@ -87,11 +87,13 @@ pub struct GuestRun {
 }
 
 impl Console {
+    /// The console's lines without the script's heartbeat (which may have landed in the middle
+    /// of a tool's line).
     pub fn new(text: &str) -> Console {
         Console {
             lines: text
                 .lines()
-                .map(|l| l.trim_end_matches('\r').to_owned())
+                .filter_map(|l| without_heartbeat(l.trim_end_matches('\r')))
                 .collect(),
         }
     }
@@ -140,4 +142,36 @@ impl Console {
             .find_map(|l| l.strip_prefix("rxe0 active_mtu: "))
             .and_then(|m| m.trim().parse().ok())
     }
+}
+
+/// What the guest prints as its heartbeat (see [`super::scenario::HEARTBEAT`]), before its
+/// uptime.
+pub const HEARTBEAT_MARK: &str = "SOFTROCE-ALIVE ";
+
+/// `line` without a heartbeat in it; nothing if that was all it held.
+fn without_heartbeat(line: &str) -> Option<String> {
+    let Some(at) = line.find(HEARTBEAT_MARK) else {
+        return Some(line.to_owned());
+    };
+    let after = &line[at + HEARTBEAT_MARK.len()..];
+    let uptime = after
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(after.len());
+    let rest = format!("{}{}", &line[..at], &after[uptime..]);
+    (!rest.is_empty()).then_some(rest)
+}
+
+#[test]
+fn the_heartbeat_is_left_out_of_the_console_even_inside_a_line() {
+    let console = Console::new(
+        "SCENARIO-BEGIN 0\r\nSOFTROCE-ALIVE 12.34\r\n 8388608 SOFTROCE-ALIVE 13.01    5 0.42\nSCENARIO-END 0 rc=0\n",
+    );
+    assert_eq!(
+        console.lines,
+        [
+            "SCENARIO-BEGIN 0",
+            " 8388608     5 0.42",
+            "SCENARIO-END 0 rc=0"
+        ]
+    );
 }
