@@ -218,13 +218,13 @@ pub fn run_group(group: &Group) -> Option<Outcome> {
     loop {
         let (mut vm, vm_limit) = start_guest(group, &cable, &dir, first);
         let mut frozen_in = None;
-        for n in first..count {
+        for (n, times) in runs.iter_mut().enumerate().skip(first) {
             gave_up = reason_to_give_up(group, &ours, nic.as_mut().map(|(_, proc)| proc), &mut vm);
             if gave_up.is_some() {
                 break;
             }
             let stop = froze_during.is_none() && group.stop_guest_during == Some(n);
-            runs[n] += 1;
+            *times += 1;
             let our_nic = nic.as_ref().map(|(nic, _)| nic.name.as_str());
             match run_scenario(
                 group,
@@ -232,7 +232,7 @@ pub fn run_group(group: &Group) -> Option<Outcome> {
                 &env,
                 our_nic,
                 &our_link,
-                &captures[n],
+                captures.get(n),
                 &mut vm,
                 stop,
             ) {
@@ -485,7 +485,7 @@ fn run_scenario(
     env: &Env,
     nic: Option<&str>,
     link: &str,
-    capture: &Path,
+    capture: Option<&PathBuf>,
     vm: &mut Guest,
     stop: bool,
 ) -> Option<Ours> {
@@ -499,7 +499,11 @@ fn run_scenario(
     }
     match nic {
         Some(nic) => args.extend(["--nic".into(), nic.into()]),
-        None => args.extend(own_nic_args(group, link, capture)),
+        None => args.extend(own_nic_args(
+            group,
+            link,
+            capture.expect("each run of a group without a NIC has its capture"),
+        )),
     }
     run_ours(env, args, vm, stop_in)
 }
@@ -543,14 +547,13 @@ fn run_ours(
         step,
     ]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let t0 = Instant::now();
     let mut proc = Proc::spawn(env.roce(&args), false);
-    let status = wait_watching(&mut proc, vm, stop_in)?;
+    let (status, took) = wait_watching(&mut proc, vm, stop_in)?;
     Some(Ours {
         status,
         stdout: proc.drain_stdout(),
         stderr: proc.stderr(),
-        took: t0.elapsed(),
+        took,
     })
 }
 
@@ -565,13 +568,14 @@ fn run_unmodified(
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let t0 = Instant::now();
     loop {
+        let attempt = t0.elapsed();
         let mut proc = Proc::spawn(env.roce(&args), false);
-        let status = wait_watching(&mut proc, vm, stop_in)?;
+        let (status, took) = wait_watching(&mut proc, vm, stop_in)?;
         let ours = Ours {
             status,
             stdout: proc.drain_stdout(),
             stderr: proc.stderr(),
-            took: t0.elapsed(),
+            took: attempt + took,
         };
         // Refused while the guest does not listen yet: by TCP, or by the CM with a REJ
         // (rping and ucmatose name the event; perftest -R gives its number, 8).
@@ -587,19 +591,24 @@ fn run_unmodified(
 }
 
 /// Waits for one of our runs (at most [`OUR_LIMIT`]) while watching the guest: its exit status,
-/// or nothing if the guest froze first — our run, and any program it started, is then killed.
-/// With `stop_in`, stops the guest's QEMU (SIGSTOP) a second after the guest began that
-/// scenario.
+/// or nothing if the guest froze first — our run, and any program it started, is then killed —
+/// or if our run failed and the guest then turned out frozen (a requester of ours whose
+/// retries ran out against a frozen guest fails in seconds, long before the guest's silence
+/// says it froze). With `stop_in`, stops the guest's QEMU (SIGSTOP) a second after the guest
+/// began that scenario.
 fn wait_watching(
     proc: &mut Proc,
     vm: &mut Guest,
     mut stop_in: Option<usize>,
-) -> Option<std::process::ExitStatus> {
-    let deadline = Instant::now() + OUR_LIMIT;
+) -> Option<(std::process::ExitStatus, Duration)> {
+    let started = Instant::now();
+    let deadline = started + OUR_LIMIT;
     let mut began = None;
     loop {
         if proc.exited().is_some() || Instant::now() > deadline {
-            return Some(proc.wait(Duration::ZERO));
+            let status = proc.wait(Duration::ZERO);
+            let took = started.elapsed();
+            return (status.success() || vm.alive_after(Instant::now())).then_some((status, took));
         }
         if vm.frozen().is_some() {
             watch::kill_tree(proc.pid());

@@ -17,6 +17,8 @@ pub const SILENCE_LIMIT: Duration = Duration::from_secs(30);
 /// How long a guest may take from QEMU's start to its first line (about 4 s on an idle
 /// machine).
 const BOOT_SILENCE_LIMIT: Duration = Duration::from_secs(120);
+/// How late a console line may reach us: `softroce-vm` follows the console file every 0.1 s.
+const CONSOLE_LAG: Duration = Duration::from_millis(500);
 /// The console lines of a frozen guest's evidence.
 const TAIL_LINES: usize = 25;
 
@@ -82,6 +84,22 @@ impl Guest {
             BOOT_SILENCE_LIMIT
         };
         (silent > limit).then_some(silent)
+    }
+
+    /// Whether the guest shows a sign of life after `since`: waits for a line the console
+    /// prints later than that (the next heartbeat, within a second or so), or for the guest to
+    /// count as frozen. A line read within [`CONSOLE_LAG`] of `since` may have been printed
+    /// before it.
+    pub fn alive_after(&mut self, since: Instant) -> bool {
+        loop {
+            self.poll(Duration::from_millis(20));
+            if self.last_line > since + CONSOLE_LAG || self.proc.exited().is_some() {
+                return true;
+            }
+            if self.frozen().is_some() {
+                return false;
+            }
+        }
     }
 
     /// Whether the console has printed `line` (this boot).
