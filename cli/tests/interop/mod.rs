@@ -46,6 +46,8 @@ struct Ours {
     stdout: String,
     stderr: String,
     took: Duration,
+    /// What the group's NIC logged meanwhile (its connection manager's every step).
+    nic_log: String,
 }
 
 /// Where a group leaves its captures, guest script and console log.
@@ -226,6 +228,7 @@ pub fn run_group(group: &Group) -> Option<Outcome> {
             let stop = froze_during.is_none() && group.stop_guest_during == Some(n);
             *times += 1;
             let our_nic = nic.as_ref().map(|(nic, _)| nic.name.as_str());
+            let logged_before = nic.as_ref().map_or(0, |(_, proc)| proc.stderr().len());
             match run_scenario(
                 group,
                 n,
@@ -236,7 +239,12 @@ pub fn run_group(group: &Group) -> Option<Outcome> {
                 &mut vm,
                 stop,
             ) {
-                Some(run) => ours.push(run),
+                Some(mut run) => {
+                    if let Some((_, proc)) = &nic {
+                        run.nic_log = proc.stderr().split_off(logged_before);
+                    }
+                    ours.push(run);
+                }
                 None => {
                     frozen_in = Some(n);
                     break;
@@ -413,8 +421,10 @@ pub fn run_group(group: &Group) -> Option<Outcome> {
 /// What our NIC logs: warnings, and every step of its connection manager (each MAD in and
 /// out), which is what an RDMA CM scenario's failure needs.
 const NIC_LOG: &str = "warn,roce_nic::engine::cm=debug";
-/// Lines of our NIC's log and of the guest's console a failure shows.
+/// Lines of our NIC's log and of the guest's console a failing group shows.
 const LOG_TAIL: usize = 60;
+/// Lines of our NIC's log a failing scenario shows, of what it logged during the scenario.
+const SCENARIO_LOG_LINES: usize = 200;
 
 fn last_lines(text: &str, count: usize) -> String {
     let lines: Vec<&str> = text.lines().collect();
@@ -554,6 +564,7 @@ fn run_ours(
         stdout: proc.drain_stdout(),
         stderr: proc.stderr(),
         took,
+        nic_log: String::new(),
     })
 }
 
@@ -576,6 +587,7 @@ fn run_unmodified(
             stdout: proc.drain_stdout(),
             stderr: proc.stderr(),
             took: attempt + took,
+            nic_log: String::new(),
         };
         // Refused while the guest does not listen yet: by TCP, or by the CM with a REJ
         // (rping and ucmatose name the event; perftest -R gives its number, 8).
@@ -707,7 +719,18 @@ fn check_scenarios(
             scenario.name()
         );
         if !problems.is_empty() {
-            failures.push(format!("{}:\n{}", scenario.name(), problems.join("\n")));
+            let logged = match ours.nic_log.as_str() {
+                "" => String::new(),
+                log => format!(
+                    "\nour NIC's log meanwhile (its last {SCENARIO_LOG_LINES} lines at most):\n{}",
+                    last_lines(log, SCENARIO_LOG_LINES)
+                ),
+            };
+            failures.push(format!(
+                "{}:\n{}{logged}",
+                scenario.name(),
+                problems.join("\n")
+            ));
         }
     }
     table

@@ -119,7 +119,7 @@ impl Env {
         };
         let mut cmd = cmd;
         if let Some(filter) = filter {
-            cmd.env("RUST_LOG", filter);
+            cmd.env("RUST_LOG", filter).env("NO_COLOR", "1");
         }
         let mut proc = Proc::spawn(cmd, false);
         proc.expect(|l| l.starts_with(&format!("{} ready: ", nic.name)));
