@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::{free_udp_port, Env, Nic, Proc};
 use guest::{Console, GUEST_MAC, NIC_IP, NIC_MAC};
-use scenario::{Group, Scenario, GUEST_TOOL_LIMIT_S};
+use scenario::{Group, Scenario, StopGuest, GUEST_TOOL_LIMIT_S};
 use watch::Guest;
 
 /// One guest at a time: under TCG a guest takes a whole core.
@@ -225,7 +225,9 @@ pub fn run_group(group: &Group) -> Option<Outcome> {
             if gave_up.is_some() {
                 break;
             }
-            let stop = froze_during.is_none() && group.stop_guest_during == Some(n);
+            let stop = group
+                .stop_guest
+                .filter(|stop| froze_during.is_none() && stop.during == n);
             *times += 1;
             let our_nic = nic.as_ref().map(|(nic, _)| nic.name.as_str());
             let logged_before = nic.as_ref().map_or(0, |(_, proc)| proc.stderr().len());
@@ -298,7 +300,7 @@ pub fn run_group(group: &Group) -> Option<Outcome> {
             break;
         }
         froze_during = Some(n);
-        let stopped_by_us = group.stop_guest_during == Some(n);
+        let stopped_by_us = group.stop_guest.is_some_and(|stop| stop.during == n);
         eprintln!(
             "{} in group {}: {evidence}\n  QEMU killed; {}",
             if stopped_by_us {
@@ -319,7 +321,7 @@ pub fn run_group(group: &Group) -> Option<Outcome> {
         ours.truncate(n);
         first = n;
     }
-    if let Some(stop) = group.stop_guest_during {
+    if let Some(stop) = group.stop_guest.map(|stop| stop.during) {
         if froze_during != Some(stop) {
             failures.push(format!(
                 "the guest was stopped during scenario {stop}, and the harness did not take it for frozen"
@@ -497,15 +499,14 @@ fn run_scenario(
     link: &str,
     capture: Option<&PathBuf>,
     vm: &mut Guest,
-    stop: bool,
+    stop: Option<StopGuest>,
 ) -> Option<Ours> {
     let scenario = &group.scenarios[n];
     let mut args = scenario.our_args(FIRST_PORT + n as u16);
-    let stop_in = stop.then_some(n);
     if scenario.unmodified {
         let nic = nic.expect("unmodified programs run on the group's NIC");
         args.splice(1..1, ["--nic".into(), nic.into()]);
-        return run_unmodified(env, args, vm, stop_in);
+        return run_unmodified(env, args, vm, stop);
     }
     match nic {
         Some(nic) => args.extend(["--nic".into(), nic.into()]),
@@ -515,7 +516,7 @@ fn run_scenario(
             capture.expect("each run of a group without a NIC has its capture"),
         )),
     }
-    run_ours(env, args, vm, stop_in)
+    run_ours(env, args, vm, stop)
 }
 
 /// What makes one of our runs bring up a NIC of its own on the cable, recording `pcap`.
@@ -547,7 +548,7 @@ fn run_ours(
     env: &Env,
     mut args: Vec<String>,
     vm: &mut Guest,
-    stop_in: Option<usize>,
+    stop: Option<StopGuest>,
 ) -> Option<Ours> {
     let step = STEP_S.to_string();
     args.extend([
@@ -558,7 +559,7 @@ fn run_ours(
     ]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut proc = Proc::spawn(env.roce(&args), false);
-    let (status, took) = wait_watching(&mut proc, vm, stop_in)?;
+    let (status, took) = wait_watching(&mut proc, vm, stop)?;
     Some(Ours {
         status,
         stdout: proc.drain_stdout(),
@@ -574,14 +575,14 @@ fn run_unmodified(
     env: &Env,
     args: Vec<String>,
     vm: &mut Guest,
-    stop_in: Option<usize>,
+    stop: Option<StopGuest>,
 ) -> Option<Ours> {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let t0 = Instant::now();
     loop {
         let attempt = t0.elapsed();
         let mut proc = Proc::spawn(env.roce(&args), false);
-        let (status, took) = wait_watching(&mut proc, vm, stop_in)?;
+        let (status, took) = wait_watching(&mut proc, vm, stop)?;
         let ours = Ours {
             status,
             stdout: proc.drain_stdout(),
@@ -606,16 +607,15 @@ fn run_unmodified(
 /// or nothing if the guest froze first — our run, and any program it started, is then killed —
 /// or if our run failed and the guest then turned out frozen (a requester of ours whose
 /// retries ran out against a frozen guest fails in seconds, long before the guest's silence
-/// says it froze). With `stop_in`, stops the guest's QEMU (SIGSTOP) a second after the guest
-/// began that scenario.
+/// says it froze). With `stop`, stops the guest's QEMU (SIGSTOP) when the guest's console
+/// says so.
 fn wait_watching(
     proc: &mut Proc,
     vm: &mut Guest,
-    mut stop_in: Option<usize>,
+    mut stop: Option<StopGuest>,
 ) -> Option<(std::process::ExitStatus, Duration)> {
     let started = Instant::now();
     let deadline = started + OUR_LIMIT;
-    let mut began = None;
     loop {
         if proc.exited().is_some() || Instant::now() > deadline {
             let status = proc.wait(Duration::ZERO);
@@ -627,17 +627,17 @@ fn wait_watching(
             proc.wait(Duration::from_secs(10));
             return None;
         }
-        if let Some(n) = stop_in {
-            match began {
-                None if vm.printed(&format!("SCENARIO-BEGIN {n}")) => began = Some(Instant::now()),
-                Some(at) if at.elapsed() > Duration::from_secs(1) => {
-                    assert!(vm.signal_qemu(libc::SIGSTOP), "no QEMU to stop");
-                    eprintln!(
-                        "scenario {n}: the guest's QEMU stopped (SIGSTOP), as a frozen guest"
-                    );
-                    stop_in = None;
-                }
-                _ => {}
+        if let Some(StopGuest {
+            during,
+            once_printed,
+        }) = stop
+        {
+            if vm.printed_in(during, once_printed) {
+                assert!(vm.stop(), "no QEMU to stop");
+                eprintln!(
+                    "scenario {during}: the guest's QEMU stopped (SIGSTOP), as a frozen guest"
+                );
+                stop = None;
             }
         }
         vm.poll(Duration::from_millis(20));

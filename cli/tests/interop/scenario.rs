@@ -299,11 +299,19 @@ pub struct Group {
     /// The guest and our NIC are cabled to two ports of a `roce switch` rather than to each
     /// other; each port's capture must pass `roce decode --strict` too.
     pub via_switch: bool,
-    /// The test of the harness itself: it stops the guest's QEMU (SIGSTOP) during this
-    /// scenario, as a guest that froze, and must notice, boot a fresh guest and run the
-    /// scenario again on it.
-    pub stop_guest_during: Option<usize>,
+    /// The test of the harness itself: it stops the guest's QEMU (SIGSTOP) as a guest that
+    /// froze, and must notice, boot a fresh guest and run the scenario again on it.
+    pub stop_guest: Option<StopGuest>,
     pub scenarios: Vec<Scenario>,
+}
+
+/// When the harness stops the guest (see [`Group::stop_guest`]).
+#[derive(Debug, Clone, Copy)]
+pub struct StopGuest {
+    /// The scenario during which,
+    pub during: usize,
+    /// once the guest's console printed a line that starts so (in that scenario).
+    pub once_printed: &'static str,
 }
 
 impl Group {

@@ -31,6 +31,16 @@ pub struct Guest {
     beating: bool,
     /// The longest silence of the console since the heartbeat began.
     pub longest_silence: Duration,
+    /// Whether [`Guest::stop`] stopped QEMU: a stopped QEMU ignores the harness's SIGTERM.
+    stopped: bool,
+}
+
+impl Drop for Guest {
+    fn drop(&mut self) {
+        if self.stopped {
+            self.signal_qemu(libc::SIGKILL);
+        }
+    }
 }
 
 impl Guest {
@@ -42,6 +52,7 @@ impl Guest {
             last_line: now,
             beating: false,
             longest_silence: Duration::ZERO,
+            stopped: false,
         }
     }
 
@@ -102,9 +113,15 @@ impl Guest {
         }
     }
 
-    /// Whether the console has printed `line` (this boot).
-    pub fn printed(&self, line: &str) -> bool {
-        self.proc.seen().iter().any(|l| l == line)
+    /// Whether the console has printed, during scenario `n` (this boot), a line that starts
+    /// with `start`.
+    pub fn printed_in(&self, n: usize, start: &str) -> bool {
+        let begin = format!("SCENARIO-BEGIN {n}");
+        self.proc
+            .seen()
+            .iter()
+            .skip_while(|l| **l != begin)
+            .any(|l| l.starts_with(start))
     }
 
     /// Whether the console has printed a line that starts with `start` (this boot).
@@ -159,8 +176,15 @@ impl Guest {
         (parent == self.proc.pid()).then_some(pid)
     }
 
+    /// Stops QEMU (SIGSTOP), as a guest that froze: the test of the recovery. False if no
+    /// QEMU runs.
+    pub fn stop(&mut self) -> bool {
+        self.stopped = self.signal_qemu(libc::SIGSTOP);
+        self.stopped
+    }
+
     /// Sends `signal` to QEMU; false if it is gone.
-    pub fn signal_qemu(&self, signal: libc::c_int) -> bool {
+    fn signal_qemu(&self, signal: libc::c_int) -> bool {
         let Some(pid) = self.qemu_pid() else {
             return false;
         };
