@@ -253,11 +253,14 @@ pub fn run_group(group: &Group) -> Option<Outcome> {
                 }
             }
         }
+        let vm_wait = Duration::from_secs(u64::from(vm_limit) + 30);
         if gave_up.is_some() {
             // The guest's script would wait out each remaining tool's limit: stop it now.
             vm.terminate();
-        }
-        if frozen_in.is_none() && !vm.finish(Duration::from_secs(u64::from(vm_limit) + 30)) {
+            if !vm.finish(vm_wait) {
+                vm.kill();
+            }
+        } else if frozen_in.is_none() && !vm.finish(vm_wait) {
             // Frozen after our side of the last scenario: what the guest had not finished is
             // run again (nothing, if it froze printing its counters).
             frozen_in = Some(
