@@ -292,32 +292,33 @@ pub fn run_group(group: &Group) -> Option<Outcome> {
             Some(s) => format!("scenario {n} ({})", s.name()),
             None => "its counters, after the last scenario".to_owned(),
         };
-        let evidence = format!(
-            "the guest's console was silent for {:.0} s, {:.0} s after QEMU started, during {during}; its last lines:\n{tail}",
+        let summary = format!(
+            "the guest's console was silent for {:.0} s, {:.0} s after QEMU started, during {during}",
             silent.as_secs_f64(),
             age.as_secs_f64(),
         );
         if froze_during.is_some() {
-            failures.push(format!("the guest froze a second time: {evidence}"));
+            failures.push(format!(
+                "the guest froze a second time: {summary}; its last lines:\n{tail}"
+            ));
             gave_up = Some("the guest froze a second time".to_owned());
             break;
         }
         froze_during = Some(n);
-        let stopped_by_us = group.stop_guest.is_some_and(|stop| stop.during == n);
-        eprintln!(
-            "{} in group {}: {evidence}\n  QEMU killed; {}",
-            if stopped_by_us {
-                "guest stopped on purpose (SIGSTOP: the test of the recovery)"
-            } else {
-                "GUEST FROZE"
-            },
-            group.name,
-            if n < count {
-                format!("a fresh guest runs scenarios {n} to {} again", count - 1)
-            } else {
-                "its counters are lost".to_owned()
-            }
+        let then = if n < count {
+            format!("a fresh guest runs scenarios {n} to {} again", count - 1)
+        } else {
+            "rxe's counters are lost".to_owned()
+        };
+        let report = format!(
+            "in group {}: {summary}; QEMU killed, {then}. The console's last lines:\n{tail}",
+            group.name
         );
+        if group.stop_guest.is_some_and(|stop| stop.during == n) {
+            eprintln!("guest stopped on purpose (SIGSTOP: the test of the recovery) {report}");
+        } else {
+            roce_tests::warn(&format!("GUEST FROZE {report}"));
+        }
         if n == count {
             break;
         }
