@@ -271,7 +271,7 @@ pub fn run_group(group: &Group) -> Option<Outcome> {
         }
         longest_silence = longest_silence.max(vm.longest_silence);
         let Some(n) = frozen_in else {
-            let (text, _) = vm.console();
+            let text = vm.console();
             console_log.push_str(&text);
             console_text.push_str(&text);
             break;
@@ -280,7 +280,7 @@ pub fn run_group(group: &Group) -> Option<Outcome> {
         let age = vm.age();
         let tail = vm.tail();
         vm.kill();
-        let (text, _) = vm.console();
+        let text = vm.console();
         console_log.push_str(&text);
         console_log.push_str("==== the guest froze here and was killed ====\n");
         let begin = format!("SCENARIO-BEGIN {n}");

@@ -211,13 +211,12 @@ impl Guest {
         seen[seen.len().saturating_sub(TAIL_LINES)..].join("\n")
     }
 
-    /// Everything the console printed, once the harness has ended; and the harness's own
-    /// standard error.
-    pub fn console(mut self) -> (String, String) {
+    /// Everything the console printed, once the harness has ended.
+    pub fn console(mut self) -> String {
         let mut text = self.proc.seen().join("\n");
         text.push('\n');
         text.push_str(&self.proc.drain_stdout());
-        (text, self.proc.stderr())
+        text
     }
 }
 
