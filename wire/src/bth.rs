@@ -301,7 +301,6 @@ mod tests {
         }
     }
 
-
     // The BTH of the RC SEND_ONLY that rxe sent in the shared Soft-RoCE ping-pong capture.
     const SEND_ONLY: [u8; 12] = [
         0x04, 0x00, 0xff, 0xff, 0x00, 0x00, 0x01, 0x23, 0x80, 0x47, 0x2c, 0x33,

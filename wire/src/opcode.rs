@@ -610,7 +610,11 @@ mod tests {
     #[test]
     fn the_table_agrees_with_the_rules_for_every_byte() {
         for v in 0..=u8::MAX {
-            assert_eq!(Opcode::from_u8(v), Opcode::from_u8_by_the_rules(v), "{v:#04x}");
+            assert_eq!(
+                Opcode::from_u8(v),
+                Opcode::from_u8_by_the_rules(v),
+                "{v:#04x}"
+            );
             let Ok(op) = Opcode::from_u8(v) else { continue };
             let kind = op.kind_by_the_rules();
             assert_eq!(op.kind(), kind, "{v:#04x}");
