@@ -36,6 +36,7 @@ pub mod mad;
 pub mod network;
 pub mod opcode;
 pub mod reth;
+pub mod template;
 pub mod udp;
 mod view;
 pub mod vlan;
@@ -43,6 +44,7 @@ pub mod vlan;
 pub use error::{Error, Layer, NotRoce};
 pub use frame::{EthernetRepr, Extensions, Frame, FrameRepr, Layout, NetworkRepr, VlanTag};
 pub use opcode::{Headers, Kind, Opcode, Position, Transport};
+pub use template::FrameTemplate;
 
 /// Address types from smoltcp, re-exported so users of this crate need not name smoltcp.
 pub use smoltcp::wire::{EthernetAddress, IpAddress, Ipv4Address, Ipv6Address};

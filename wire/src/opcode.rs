@@ -407,6 +407,15 @@ impl Opcode {
     /// Validates a raw opcode byte.
     #[inline]
     pub const fn from_u8(value: u8) -> Result<Opcode, Error> {
+        if BY_OPCODE[value as usize].valid {
+            Ok(Opcode(value))
+        } else {
+            Err(Error::UnknownOpcode(value))
+        }
+    }
+
+    /// [`Opcode::from_u8`] by the rules the table is built from.
+    const fn from_u8_by_the_rules(value: u8) -> Result<Opcode, Error> {
         if value == 0x81 {
             return Ok(Opcode::CNP);
         }
@@ -447,6 +456,11 @@ impl Opcode {
     }
 
     pub const fn kind(self) -> Kind {
+        BY_OPCODE[self.0 as usize].kind
+    }
+
+    /// [`Opcode::kind`] by the rules the table is built from.
+    const fn kind_by_the_rules(self) -> Kind {
         if self.0 == 0x81 {
             return Kind::Cnp;
         }
@@ -459,16 +473,16 @@ impl Opcode {
 
     /// The extension headers that follow the BTH, in wire order.
     pub const fn headers(self) -> Headers {
-        BY_OPCODE[self.0 as usize].0
+        BY_OPCODE[self.0 as usize].headers
     }
 
     /// Whether a payload follows the extension headers (it may still be zero bytes long).
     pub const fn has_payload(self) -> bool {
-        BY_OPCODE[self.0 as usize].1
+        BY_OPCODE[self.0 as usize].payload
     }
 
     const fn headers_from_the_table(self) -> Headers {
-        let headers = self.kind().traits().headers;
+        let headers = self.kind_by_the_rules().traits().headers;
         match self.transport() {
             Transport::Ud => headers.union(Headers::DETH),
             _ => headers,
@@ -476,7 +490,7 @@ impl Opcode {
     }
 
     pub const fn position(self) -> Position {
-        self.kind().traits().position
+        BY_OPCODE[self.0 as usize].position
     }
 
     /// The IBTA name of the operation, e.g. `RDMA_WRITE_FIRST`.
@@ -485,14 +499,37 @@ impl Opcode {
     }
 }
 
-/// Per opcode byte, its extension headers and whether a payload follows, worked out at compile
-/// time from the table above: the parser asks for every packet.
-const BY_OPCODE: [(Headers, bool); 256] = {
-    let mut table = [(Headers::NONE, false); 256];
+/// What the parser and the transport ask of an opcode byte for every packet, worked out at
+/// compile time from the rules above: whether it is valid, its operation and position, its
+/// extension headers and whether a payload follows.
+#[derive(Clone, Copy)]
+struct Entry {
+    valid: bool,
+    kind: Kind,
+    position: Position,
+    headers: Headers,
+    payload: bool,
+}
+
+const BY_OPCODE: [Entry; 256] = {
+    let mut table = [Entry {
+        valid: false,
+        kind: Kind::Cnp,
+        position: Position::Only,
+        headers: Headers::NONE,
+        payload: false,
+    }; 256];
     let mut byte = 0;
     while byte < 256 {
-        if let Ok(op) = Opcode::from_u8(byte as u8) {
-            table[byte] = (op.headers_from_the_table(), op.kind().traits().payload);
+        if let Ok(op) = Opcode::from_u8_by_the_rules(byte as u8) {
+            let kind = op.kind_by_the_rules();
+            table[byte] = Entry {
+                valid: true,
+                kind,
+                position: kind.traits().position,
+                headers: op.headers_from_the_table(),
+                payload: kind.traits().payload,
+            };
         }
         byte += 1;
     }
@@ -568,6 +605,23 @@ mod tests {
         assert!(Opcode::from_u8(0x60).is_err());
         // RD is not supported.
         assert!(Opcode::from_u8(0x44).is_err());
+    }
+
+    #[test]
+    fn the_table_agrees_with_the_rules_for_every_byte() {
+        for v in 0..=u8::MAX {
+            assert_eq!(
+                Opcode::from_u8(v),
+                Opcode::from_u8_by_the_rules(v),
+                "{v:#04x}"
+            );
+            let Ok(op) = Opcode::from_u8(v) else { continue };
+            let kind = op.kind_by_the_rules();
+            assert_eq!(op.kind(), kind, "{v:#04x}");
+            assert_eq!(op.position(), kind.traits().position, "{v:#04x}");
+            assert_eq!(op.has_payload(), kind.traits().payload, "{v:#04x}");
+            assert_eq!(op.headers(), op.headers_from_the_table(), "{v:#04x}");
+        }
     }
 
     #[test]

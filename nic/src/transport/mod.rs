@@ -29,7 +29,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use roce_hostmem::{Access, AccessError, MrTable, PdId};
-use roce_wire::{bth, EthernetAddress, EthernetRepr, Extensions, Frame, FrameRepr, NetworkRepr};
+use roce_wire::{
+    bth, EthernetAddress, EthernetRepr, Extensions, Frame, FrameRepr, FrameTemplate, NetworkRepr,
+};
 
 use crate::buf::BufPool;
 use crate::counters::{self, Counters};
@@ -146,12 +148,21 @@ pub fn udp_src_port(flow_label: u32, local_qpn: u32, remote_qpn: u32) -> u16 {
     (low as u16) | 0xc000
 }
 
-/// The sending side of the engine: the link, the buffer pool and the IP identification counter.
+/// Frame templates a [`Tx`] keeps, one per slot, the slot chosen by the destination QP: a
+/// connected QP's packets all go to one peer QP, so each finds its path's headers ready.
+const TEMPLATE_SLOTS: usize = 64;
+
+/// The sending side of the engine: the link, the buffer pool, the IP identification counter
+/// and the frame templates of the paths it sends on.
 pub struct Tx {
     link: Box<dyn Link>,
     pool: Arc<BufPool>,
     counters: Arc<Counters>,
     ip_ident: u16,
+    /// The headers of recent paths, built once (see [`FrameTemplate`]): a frame on a path
+    /// whose template is here costs a copy and a few patched fields for its Ethernet, IP and
+    /// UDP headers instead of building each field.
+    templates: Box<[Option<FrameTemplate>]>,
 }
 
 impl Tx {
@@ -161,6 +172,7 @@ impl Tx {
             pool,
             counters,
             ip_ident: 0,
+            templates: vec![None; TEMPLATE_SLOTS].into_boxed_slice(),
         }
     }
 
@@ -184,14 +196,26 @@ impl Tx {
         repr: &FrameRepr,
         fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
     ) -> Result<(), E> {
-        let mut repr = *repr;
-        if let NetworkRepr::Ipv4 { ident, .. } = &mut repr.network {
-            *ident = self.ip_ident;
+        let ident = self.ip_ident;
+        if let NetworkRepr::Ipv4 { .. } = repr.network {
             self.ip_ident = self.ip_ident.wrapping_add(1);
         }
+        let slot = &mut self.templates[repr.bth.dest_qp as usize % TEMPLATE_SLOTS];
+        let template = match slot {
+            Some(template) if template.fits(repr) => template,
+            _ => slot.insert(FrameTemplate::new(repr.ethernet, repr.network)),
+        };
         let mut buf = self.pool.take();
         let mut outcome = Ok(());
-        match repr.emit_with(buf.space(), |payload| outcome = fill(payload)) {
+        let emitted = template.emit_with(
+            &repr.bth,
+            &repr.ext,
+            repr.payload_len,
+            ident,
+            buf.space(),
+            |payload| outcome = fill(payload),
+        );
+        match emitted {
             Ok(len) => buf.set_len(len),
             Err(e) => {
                 // Our own repr was inconsistent: a bug, never the peer's doing. Log and drop.
