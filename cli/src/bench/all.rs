@@ -412,7 +412,10 @@ impl Spent {
 /// The cable's bytes per CPU second (both NIC processes) against batched UDP's (its sender and
 /// receiver), from each run's CPU time: on a shared machine a process waits for a core as
 /// often as it runs, and the CPU time a byte costs is what that waiting blurs least. Each
-/// side's cost on its own line: on two cores the busier side sets the goodput.
+/// side's cost on its own line: on two cores the busier side sets the goodput. The NICs' time
+/// includes their idle polling between frames (a yield each round), which a quieter machine
+/// lets them spend more of: an upper bound on their work, closest to it when the machine is
+/// loaded.
 fn cpu_rows(
     r: &mut Report,
     name: &str,
