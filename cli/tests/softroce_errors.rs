@@ -45,6 +45,7 @@ fn transfers_over_ipv6_gids() {
         faults: None,
         capture_each: false,
         via_switch: false,
+        stop_guest: None,
         scenarios: list,
     });
     for capture in &captures {

@@ -5,6 +5,8 @@
 //!   on the process's real standard error, which the test harness does not capture, and in the
 //!   skip log `scripts/test` lists at the end (`ROCE_SKIP_LOG`). Under CI (`ROCE_CI=1`) a skip
 //!   is a failure: CI installs every tool.
+//! - [`warn`]: a test that passed only after surviving something (a frozen guest) says so in
+//!   the same two places, the warning log being `ROCE_WARN_LOG`.
 //! - [`regenerate`]: whether a golden-file test may rewrite its file instead of comparing with
 //!   it — only when asked with the variable set to exactly `1`, and never under CI.
 //! - [`eventually`]: a deadline-based poll, for tests that wait for an event.
@@ -48,6 +50,32 @@ pub fn skip(reason: &str) {
             .and_then(|mut file| file.write_all(line.as_bytes()));
         if let Err(e) = appended {
             panic!("{test}: cannot append to the skip log {log:?} ({e}); skipping: {reason}");
+        }
+    }
+}
+
+/// The variable naming the file [`warn`] appends its line to (set by `scripts/test`).
+pub const WARN_LOG: &str = "ROCE_WARN_LOG";
+
+/// Says that the calling test passed only after surviving something that must not go
+/// unnoticed (a guest that froze and was replaced): the whole `message` on the process's real
+/// standard error, as [`skip`] writes, and its first line, after `WARNING <test>: `, in the
+/// warning log `scripts/test` lists at the end.
+pub fn warn(message: &str) {
+    let test = test_name();
+    let _ = std::io::stderr()
+        .lock()
+        .write_all(format!("{message}\n").as_bytes());
+    if let Some(log) = std::env::var_os(WARN_LOG) {
+        let first = message.lines().next().unwrap_or_default();
+        let line = format!("WARNING {test}: {first}\n");
+        let appended = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .and_then(|mut file| file.write_all(line.as_bytes()));
+        if let Err(e) = appended {
+            panic!("{test}: cannot append to the warning log {log:?} ({e}): {message}");
         }
     }
 }

@@ -33,7 +33,7 @@ pub fn shared_captures_dir() -> PathBuf {
 
 /// A test that needs an outside tool may skip only where the tool truly cannot run, loudly, and
 /// never under CI, which installs every tool; golden files are rewritten only on request.
-pub use roce_testkit::{eventually, regenerate, skip, under_ci};
+pub use roce_testkit::{eventually, regenerate, skip, under_ci, warn};
 
 /// Every file under `dir` (recursively) whose name ends in `.pcap` or `.pcapng`, sorted.
 pub fn captures_under(dir: &Path) -> Vec<PathBuf> {

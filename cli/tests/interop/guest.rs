@@ -87,13 +87,23 @@ pub struct GuestRun {
 }
 
 impl Console {
+    /// The console's lines without the script's heartbeat. A heartbeat that came in the middle
+    /// of a tool's line (between two of the tool's writes) ends that line early: the rest of
+    /// the tool's line, on the next, is joined back to it.
     pub fn new(text: &str) -> Console {
-        Console {
-            lines: text
-                .lines()
-                .map(|l| l.trim_end_matches('\r').to_owned())
-                .collect(),
+        let mut lines = Vec::new();
+        let mut cut_short = String::new();
+        for line in text.lines() {
+            let line = line.trim_end_matches('\r');
+            match line.find(HEARTBEAT_MARK) {
+                Some(at) => cut_short.push_str(&line[..at]),
+                None => lines.push(std::mem::take(&mut cut_short) + line),
+            }
         }
+        if !cut_short.is_empty() {
+            lines.push(cut_short);
+        }
+        Console { lines }
     }
 
     /// The lines between `SCENARIO-BEGIN n` and `SCENARIO-END n rc=...`.
@@ -140,4 +150,23 @@ impl Console {
             .find_map(|l| l.strip_prefix("rxe0 active_mtu: "))
             .and_then(|m| m.trim().parse().ok())
     }
+}
+
+/// What the guest prints as its heartbeat (see [`super::scenario::HEARTBEAT`]), before its
+/// uptime.
+pub const HEARTBEAT_MARK: &str = "SOFTROCE-ALIVE ";
+
+#[test]
+fn the_heartbeat_is_left_out_of_the_console_even_inside_a_line() {
+    let console = Console::new(
+        "SCENARIO-BEGIN 0\r\nSOFTROCE-ALIVE 12.34\r\n 8388608  SOFTROCE-ALIVE 13.01\n   5 0.42\nSCENARIO-END 0 rc=0\n",
+    );
+    assert_eq!(
+        console.lines,
+        [
+            "SCENARIO-BEGIN 0",
+            " 8388608     5 0.42",
+            "SCENARIO-END 0 rc=0"
+        ]
+    );
 }

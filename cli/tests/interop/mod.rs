@@ -10,6 +10,7 @@ pub mod guest;
 pub mod pair;
 pub mod pkey;
 pub mod scenario;
+pub mod watch;
 pub mod wire;
 
 use std::fmt::Write as _;
@@ -20,7 +21,8 @@ use std::time::{Duration, Instant};
 
 use crate::support::{free_udp_port, Env, Nic, Proc};
 use guest::{Console, GUEST_MAC, NIC_IP, NIC_MAC};
-use scenario::{Group, Scenario, GUEST_TOOL_LIMIT_S};
+use scenario::{Group, Scenario, StopGuest, GUEST_TOOL_LIMIT_S};
+use watch::Guest;
 
 /// One guest at a time: under TCG a guest takes a whole core.
 pub static ONE_GUEST: Mutex<()> = Mutex::new(());
@@ -44,6 +46,8 @@ struct Ours {
     stdout: String,
     stderr: String,
     took: Duration,
+    /// What the group's NIC logged meanwhile (its connection manager's every step).
+    nic_log: String,
 }
 
 /// Where a group leaves its captures, guest script and console log.
@@ -120,13 +124,46 @@ impl Switched {
     }
 }
 
+/// What became of a group's run.
+pub struct Outcome {
+    pub captures: Vec<PathBuf>,
+    /// Every problem found; none where the group passed.
+    pub failures: Vec<String>,
+    /// The scenario during which the guest froze and was replaced by a fresh one, if it did.
+    pub froze_during: Option<usize>,
+    /// How many times our side of each scenario ran.
+    pub runs: Vec<u32>,
+}
+
 /// Runs every scenario of `group` and checks both sides of each, the guest's counters and
-/// the captures of the cable; returns the captures. Returns nothing, without running (after a
-/// SKIPPED line), where no guest can run.
+/// the captures of the cable; fails with every problem found, and returns the captures.
+/// Returns nothing, without running (after a SKIPPED line), where no guest can run.
 pub fn run(group: &Group) -> Vec<PathBuf> {
+    let Some(outcome) = run_group(group) else {
+        return Vec::new();
+    };
+    assert!(
+        outcome.failures.is_empty(),
+        "group {}: {} problem(s) (logs in {}):\n{}",
+        group.name,
+        outcome.failures.len(),
+        output_dir(group.name).display(),
+        outcome.failures.join("\n\n")
+    );
+    outcome.captures
+}
+
+/// [`run`], returning what went wrong rather than failing.
+///
+/// A guest that freezes (its console silent, heartbeat included, for
+/// [`watch::SILENCE_LIMIT`]) is killed, and a fresh one runs the scenario it froze in and
+/// the rest of the group, once: a second freeze is a failure, as is anything else that goes
+/// wrong, which is never run again. A freeze survived is reported on a line of its own
+/// starting `GUEST FROZE`.
+pub fn run_group(group: &Group) -> Option<Outcome> {
     let _one = ONE_GUEST.lock().unwrap_or_else(|e| e.into_inner());
     if !guest::ready() {
-        return Vec::new();
+        return None;
     }
     let started = Instant::now();
     let dir = output_dir(group.name);
@@ -155,11 +192,10 @@ pub fn run(group: &Group) -> Vec<PathBuf> {
             netns: None,
             extra: around_the_link(group),
         };
-        let proc = env.nic(&nic);
+        let proc = env.nic_logging(&nic, Some(NIC_LOG));
         (nic, proc)
     });
     let rcvbuf_before = wire::udp_receive_buffer_errors();
-    let (mut vm, vm_limit) = start_guest(group, &cable, &dir);
 
     let captures: Vec<PathBuf> = match &nic {
         Some(_) => vec![dir.join("nic.pcap")],
@@ -169,53 +205,152 @@ pub fn run(group: &Group) -> Vec<PathBuf> {
             .map(|s| dir.join(format!("{}.pcap", s.capture_name())))
             .collect(),
     };
+    let count = group.scenarios.len();
     let mut ours: Vec<Ours> = Vec::new();
+    let mut runs = vec![0; count];
+    let mut failures = Vec::new();
     let mut gave_up = None;
-    for (n, scenario) in group.scenarios.iter().enumerate() {
-        gave_up = reason_to_give_up(group, &ours, nic.as_mut().map(|(_, proc)| proc), &mut vm);
+    // Every boot's console, for console.log; and what counts of each, for `Console`: all of
+    // the last boot's, and of a frozen one what came before the scenario it froze in.
+    let mut console_log = String::new();
+    let mut console_text = String::new();
+    let mut froze_during = None;
+    let mut longest_silence = Duration::ZERO;
+    let mut first = 0;
+    loop {
+        let (mut vm, vm_limit) = start_guest(group, &cable, &dir, first);
+        let mut frozen_in = None;
+        for (n, times) in runs.iter_mut().enumerate().skip(first) {
+            gave_up = reason_to_give_up(group, &ours, nic.as_mut().map(|(_, proc)| proc), &mut vm);
+            if gave_up.is_some() {
+                break;
+            }
+            let stop = group
+                .stop_guest
+                .filter(|stop| froze_during.is_none() && stop.during == n);
+            *times += 1;
+            let our_nic = nic.as_ref().map(|(nic, _)| nic.name.as_str());
+            let logged_before = nic.as_ref().map_or(0, |(_, proc)| proc.stderr().len());
+            match run_scenario(
+                group,
+                n,
+                &env,
+                our_nic,
+                &our_link,
+                captures.get(n),
+                &mut vm,
+                stop,
+            ) {
+                Some(mut run) => {
+                    if let Some((_, proc)) = &nic {
+                        run.nic_log = proc.stderr().split_off(logged_before);
+                    }
+                    ours.push(run);
+                }
+                None => {
+                    frozen_in = Some(n);
+                    break;
+                }
+            }
+        }
+        let vm_wait = Duration::from_secs(u64::from(vm_limit) + 30);
         if gave_up.is_some() {
+            // The guest's script would wait out each remaining tool's limit: stop it now.
+            vm.terminate();
+            if !vm.finish(vm_wait) {
+                vm.kill();
+            }
+        } else if frozen_in.is_none() && !vm.finish(vm_wait) {
+            // Frozen after our side of the last scenario: what the guest had not finished is
+            // run again (nothing, if it froze printing its counters).
+            frozen_in = Some(
+                (first..count)
+                    .find(|n| !vm.printed_starting(&format!("SCENARIO-END {n} rc=")))
+                    .unwrap_or(count),
+            );
+        }
+        longest_silence = longest_silence.max(vm.longest_silence);
+        let Some(n) = frozen_in else {
+            let text = vm.console();
+            console_log.push_str(&text);
+            console_text.push_str(&text);
+            break;
+        };
+        let silent = vm.frozen().unwrap_or_default();
+        let age = vm.age();
+        let tail = vm.tail();
+        vm.kill();
+        let text = vm.console();
+        console_log.push_str(&text);
+        console_log.push_str("==== the guest froze here and was killed ====\n");
+        let begin = format!("SCENARIO-BEGIN {n}");
+        for line in text.lines().take_while(|l| *l != begin) {
+            console_text.push_str(line);
+            console_text.push('\n');
+        }
+        let during = match group.scenarios.get(n) {
+            Some(s) => format!("scenario {n} ({})", s.name()),
+            None => "its counters, after the last scenario".to_owned(),
+        };
+        let summary = format!(
+            "the guest's console was silent for {:.0} s, {:.0} s after QEMU started, during {during}",
+            silent.as_secs_f64(),
+            age.as_secs_f64(),
+        );
+        if froze_during.is_some() {
+            failures.push(format!(
+                "the guest froze a second time: {summary}; its last lines:\n{tail}"
+            ));
+            gave_up = Some("the guest froze a second time".to_owned());
             break;
         }
-        let mut args = scenario.our_args(FIRST_PORT + n as u16);
-        if scenario.unmodified {
-            let (nic, _) = nic
-                .as_ref()
-                .expect("unmodified programs run on the group's NIC");
-            args.splice(1..1, ["--nic".into(), nic.name.clone()]);
-            ours.push(run_unmodified(&env, args));
-            continue;
+        froze_during = Some(n);
+        let then = if n < count {
+            format!("a fresh guest runs scenarios {n} to {} again", count - 1)
+        } else {
+            "rxe's counters are lost".to_owned()
+        };
+        let report = format!(
+            "in group {}: {summary}; QEMU killed, {then}. The console's last lines:\n{tail}",
+            group.name
+        );
+        if group.stop_guest.is_some_and(|stop| stop.during == n) {
+            eprintln!("guest stopped on purpose (SIGSTOP: the test of the recovery) {report}");
+        } else {
+            roce_tests::warn(&format!("GUEST FROZE {report}"));
         }
-        match &nic {
-            Some((nic, _)) => args.extend(["--nic".into(), nic.name.clone()]),
-            None => args.extend(own_nic_args(group, &our_link, &captures[n])),
+        if n == count {
+            break;
         }
-        ours.push(run_ours(&env, args));
+        ours.truncate(n);
+        first = n;
+    }
+    if let Some(stop) = group.stop_guest.map(|stop| stop.during) {
+        if froze_during != Some(stop) {
+            failures.push(format!(
+                "the guest was stopped during scenario {stop}, and the harness did not take it for frozen"
+            ));
+        }
     }
 
-    let mut failures = Vec::new();
     if let Some(reason) = &gave_up {
-        // The guest's script would wait out each remaining tool's limit: stop it now.
-        if vm.exited().is_none() {
-            vm.signal(libc::SIGTERM);
-        }
         failures.push(format!(
             "gave up after {} of {} scenarios: {reason}",
             ours.len(),
             group.scenarios.len()
         ));
     }
-    vm.wait(Duration::from_secs(u64::from(vm_limit) + 30));
-    let console_text = vm.drain_stdout();
-    std::fs::write(dir.join("console.log"), &console_text).unwrap();
+    std::fs::write(dir.join("console.log"), &console_log).unwrap();
     let console = Console::new(&console_text);
+    let mut nic_log = String::new();
     if let Some((_, proc)) = nic.as_mut().filter(|_| gave_up.is_some()) {
         if let Some(stacks) = proc.stop_or_dump_stacks(Duration::from_secs(20)) {
             failures.push(format!(
                 "our NIC did not stop on SIGTERM; its threads:\n{stacks}"
             ));
         }
-        failures.push(format!("our NIC's standard error:\n{}", proc.stderr()));
-    } else if let Some((nic, proc)) = nic {
+        nic_log = proc.stderr();
+    } else if let Some((nic, proc)) = nic.take() {
         let counters = env.run(&["host", "info", "--nic", &nic.name, "--counters"]);
         for counter in ["rx_icrc_errors", "rx_malformed"] {
             if !counters.stdout.lines().any(|l| l == format!("{counter} 0")) {
@@ -225,17 +360,36 @@ pub fn run(group: &Group) -> Vec<PathBuf> {
                 ));
             }
         }
+        nic_log = proc.stderr();
         // The NIC flushes its capture as it stops.
         drop(proc);
     }
+    if !nic_log.is_empty() {
+        std::fs::write(dir.join("nic.log"), &nic_log).unwrap();
+    }
     let rcvbuf_errors = wire::udp_receive_buffer_errors() - rcvbuf_before;
     let switch_table = switched.map(|s| s.check(&mut failures));
-    let table = check_scenarios(group, &ours, &console, &mut failures);
+    let table = check_scenarios(group, &ours, &runs, &console, &mut failures);
     // A NIC that was killed or crashed may have left its capture cut short.
     let wire = match gave_up {
-        None => check_wire(group, &captures, &console, rcvbuf_errors, &mut failures),
+        None => check_wire(
+            group,
+            &captures,
+            &console,
+            rcvbuf_errors,
+            froze_during.is_none(),
+            &mut failures,
+        ),
         Some(_) => "wire: not checked (the group gave up)".to_owned(),
     };
+    // What the logs under target/ would have said: a CI run keeps only this output.
+    if !failures.is_empty() {
+        failures.push(format!(
+            "our NIC's log (RUST_LOG={NIC_LOG}), its last {LOG_TAIL} lines:\n{}\n\nthe guest's console, its last {LOG_TAIL} lines:\n{}",
+            last_lines(&nic_log, LOG_TAIL),
+            last_lines(&console_log, LOG_TAIL)
+        ));
+    }
 
     let rxe_counters: Vec<String> = console
         .counters()
@@ -244,7 +398,7 @@ pub fn run(group: &Group) -> Vec<PathBuf> {
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
     eprintln!(
-        "group {} (link MTU {}{}): {} scenarios in {:.1} s\n{table}  {wire}\n  rxe counters: {}",
+        "group {} (link MTU {}{}): {} scenarios in {:.1} s\n{table}  {wire}\n  rxe counters: {}\n  the guest's longest silence: {:.1} s{}",
         group.name,
         group.link_mtu,
         group
@@ -253,20 +407,34 @@ pub fn run(group: &Group) -> Vec<PathBuf> {
             .unwrap_or_default(),
         group.scenarios.len(),
         started.elapsed().as_secs_f64(),
-        rxe_counters.join(" ")
+        rxe_counters.join(" "),
+        longest_silence.as_secs_f64(),
+        froze_during
+            .map(|n| format!(" (it froze during scenario {n}: see the line above)"))
+            .unwrap_or_default()
     );
     if let Some(table) = switch_table {
         eprintln!("  the switch between them:\n{table}");
     }
-    assert!(
-        failures.is_empty(),
-        "group {}: {} problem(s) (logs in {}):\n{}",
-        group.name,
-        failures.len(),
-        dir.display(),
-        failures.join("\n\n")
-    );
-    captures
+    Some(Outcome {
+        captures,
+        failures,
+        froze_during,
+        runs,
+    })
+}
+
+/// What our NIC logs: warnings, and every step of its connection manager (each MAD in and
+/// out), which is what an RDMA CM scenario's failure needs.
+const NIC_LOG: &str = "warn,roce_nic::engine::cm=debug";
+/// Lines of our NIC's log and of the guest's console a failing group shows.
+const LOG_TAIL: usize = 60;
+/// Lines of our NIC's log a failing scenario shows, of what it logged during the scenario.
+const SCENARIO_LOG_LINES: usize = 200;
+
+fn last_lines(text: &str, count: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(count)..].join("\n")
 }
 
 /// Why the rest of a group's scenarios would only wait out their time limits, if they would:
@@ -279,7 +447,7 @@ fn reason_to_give_up(
     group: &Group,
     ours: &[Ours],
     nic: Option<&mut Proc>,
-    vm: &mut Proc,
+    vm: &mut Guest,
 ) -> Option<String> {
     if let Some(status) = nic.and_then(|proc| proc.exited()) {
         return Some(format!("our NIC exited ({status})"));
@@ -304,11 +472,15 @@ fn reason_to_give_up(
     })
 }
 
-/// Boots the guest with the group's script; returns it and its time limit in seconds.
-fn start_guest(group: &Group, cable: &Cable, dir: &Path) -> (Proc, u32) {
-    let script = dir.join("guest.sh");
-    std::fs::write(&script, group.guest_script(FIRST_PORT)).unwrap();
-    let limit = GUEST_TOOL_LIMIT_S * group.scenarios.len() as u32 + 60;
+/// Boots a guest whose script runs the group's scenarios from `first` on; returns it and its
+/// time limit in seconds.
+fn start_guest(group: &Group, cable: &Cable, dir: &Path, first: usize) -> (Guest, u32) {
+    let script = match first {
+        0 => dir.join("guest.sh"),
+        _ => dir.join(format!("guest-from-{first}.sh")),
+    };
+    std::fs::write(&script, group.guest_script(FIRST_PORT, first)).unwrap();
+    let limit = GUEST_TOOL_LIMIT_S * (group.scenarios.len() - first) as u32 + 60;
     let mut cmd = Command::new(guest::harness());
     cmd.args(["run", "--local", &cable.guest, "--remote", &cable.ours])
         .args(["--mtu", &group.link_mtu.to_string()])
@@ -316,7 +488,39 @@ fn start_guest(group: &Group, cable: &Cable, dir: &Path) -> (Proc, u32) {
         .arg("--script")
         .arg(&script)
         .env("CARGO_TARGET_DIR", guest::target_dir());
-    (Proc::spawn(cmd, false), limit)
+    (Guest::start(cmd), limit)
+}
+
+/// Our side of scenario `n`, the guest watched meanwhile: nothing if the guest froze (our run
+/// is then killed). `stop` stops the guest's QEMU during the scenario (the test of the
+/// recovery).
+#[allow(clippy::too_many_arguments)]
+fn run_scenario(
+    group: &Group,
+    n: usize,
+    env: &Env,
+    nic: Option<&str>,
+    link: &str,
+    capture: Option<&PathBuf>,
+    vm: &mut Guest,
+    stop: Option<StopGuest>,
+) -> Option<Ours> {
+    let scenario = &group.scenarios[n];
+    let mut args = scenario.our_args(FIRST_PORT + n as u16);
+    if scenario.unmodified {
+        let nic = nic.expect("unmodified programs run on the group's NIC");
+        args.splice(1..1, ["--nic".into(), nic.into()]);
+        return run_unmodified(env, args, vm, stop);
+    }
+    match nic {
+        Some(nic) => args.extend(["--nic".into(), nic.into()]),
+        None => args.extend(own_nic_args(
+            group,
+            link,
+            capture.expect("each run of a group without a NIC has its capture"),
+        )),
+    }
+    run_ours(env, args, vm, stop)
 }
 
 /// What makes one of our runs bring up a NIC of its own on the cable, recording `pcap`.
@@ -344,7 +548,12 @@ fn around_the_link(group: &Group) -> Vec<String> {
     args
 }
 
-fn run_ours(env: &Env, mut args: Vec<String>) -> Ours {
+fn run_ours(
+    env: &Env,
+    mut args: Vec<String>,
+    vm: &mut Guest,
+    stop: Option<StopGuest>,
+) -> Option<Ours> {
     let step = STEP_S.to_string();
     args.extend([
         "--timeout".into(),
@@ -353,30 +562,37 @@ fn run_ours(env: &Env, mut args: Vec<String>) -> Ours {
         step,
     ]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let t0 = Instant::now();
     let mut proc = Proc::spawn(env.roce(&args), false);
-    let status = proc.wait(OUR_LIMIT);
-    Ours {
+    let (status, took) = wait_watching(&mut proc, vm, stop)?;
+    Some(Ours {
         status,
         stdout: proc.drain_stdout(),
         stderr: proc.stderr(),
-        took: t0.elapsed(),
-    }
+        took,
+        nic_log: String::new(),
+    })
 }
 
 /// `roce run --nic NIC -- PROGRAM ...`: Debian's program on our NIC. As a client it is started
 /// again while the guest's server is not listening yet (refused: nothing was exchanged).
-fn run_unmodified(env: &Env, args: Vec<String>) -> Ours {
+fn run_unmodified(
+    env: &Env,
+    args: Vec<String>,
+    vm: &mut Guest,
+    stop: Option<StopGuest>,
+) -> Option<Ours> {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let t0 = Instant::now();
     loop {
+        let attempt = t0.elapsed();
         let mut proc = Proc::spawn(env.roce(&args), false);
-        let status = proc.wait(OUR_LIMIT);
+        let (status, took) = wait_watching(&mut proc, vm, stop)?;
         let ours = Ours {
             status,
             stdout: proc.drain_stdout(),
             stderr: proc.stderr(),
-            took: t0.elapsed(),
+            took: attempt + took,
+            nic_log: String::new(),
         };
         // Refused while the guest does not listen yet: by TCP, or by the CM with a REJ
         // (rping and ucmatose name the event; perftest -R gives its number, 8).
@@ -385,9 +601,50 @@ fn run_unmodified(env: &Env, args: Vec<String>) -> Ours {
             || said.contains("REJECTED")
             || said.contains("Unexpected CM event bl blka 8");
         if ours.status.success() || !refused || t0.elapsed() > OUR_LIMIT {
-            return ours;
+            return Some(ours);
         }
         std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Waits for one of our runs (at most [`OUR_LIMIT`]) while watching the guest: its exit status,
+/// or nothing if the guest froze first — our run, and any program it started, is then killed —
+/// or if our run failed and the guest then turned out frozen (a requester of ours whose
+/// retries ran out against a frozen guest fails in seconds, long before the guest's silence
+/// says it froze). With `stop`, stops the guest's QEMU (SIGSTOP) when the guest's console
+/// says so.
+fn wait_watching(
+    proc: &mut Proc,
+    vm: &mut Guest,
+    mut stop: Option<StopGuest>,
+) -> Option<(std::process::ExitStatus, Duration)> {
+    let started = Instant::now();
+    let deadline = started + OUR_LIMIT;
+    loop {
+        if proc.exited().is_some() || Instant::now() > deadline {
+            let status = proc.wait(Duration::ZERO);
+            let took = started.elapsed();
+            return (status.success() || vm.alive_after(Instant::now())).then_some((status, took));
+        }
+        if vm.frozen().is_some() {
+            watch::kill_tree(proc.pid());
+            proc.wait(Duration::from_secs(10));
+            return None;
+        }
+        if let Some(StopGuest {
+            during,
+            once_printed,
+        }) = stop
+        {
+            if vm.printed_in(during, once_printed) {
+                assert!(vm.stop(), "no QEMU to stop");
+                eprintln!(
+                    "scenario {during}: the guest's QEMU stopped (SIGSTOP), as a frozen guest"
+                );
+                stop = None;
+            }
+        }
+        vm.poll(Duration::from_millis(20));
     }
 }
 
@@ -438,6 +695,7 @@ fn conform(capture: &Path, reordering: bool, failures: &mut Vec<String>) {
 fn check_scenarios(
     group: &Group,
     ours: &[Ours],
+    runs: &[u32],
     console: &Console,
     failures: &mut Vec<String>,
 ) -> String {
@@ -454,14 +712,29 @@ fn check_scenarios(
             .unwrap_or("")
             .trim();
         let verdict = if problems.is_empty() { "ok" } else { "FAILED" };
+        let again = match runs[n] {
+            1 => "",
+            _ => " (run again on a fresh guest)",
+        };
         let _ = writeln!(
             table,
-            "  {verdict:6} {:5.1} s  {}\n           {verified}",
+            "  {verdict:6} {:5.1} s  {}{again}\n           {verified}",
             ours.took.as_secs_f64(),
             scenario.name()
         );
         if !problems.is_empty() {
-            failures.push(format!("{}:\n{}", scenario.name(), problems.join("\n")));
+            let logged = match ours.nic_log.as_str() {
+                "" => String::new(),
+                log => format!(
+                    "\nour NIC's log meanwhile (its last {SCENARIO_LOG_LINES} lines at most):\n{}",
+                    last_lines(log, SCENARIO_LOG_LINES)
+                ),
+            };
+            failures.push(format!(
+                "{}:\n{}{logged}",
+                scenario.name(),
+                problems.join("\n")
+            ));
         }
     }
     table
@@ -508,12 +781,14 @@ fn problems_of(scenario: &Scenario, ours: &Ours, console: &Console, n: usize) ->
 /// too, by sender), and (without faults) every RoCE frame we sent counted by rxe — which counts
 /// only frames that passed its ICRC check — or dropped by the host for lack of socket buffer,
 /// or (only ibv_srq_pingpong ends with messages in flight) meant for a QP already gone.
-/// Returns a summary line.
+/// Returns a summary line. rxe's count is compared only where `one_boot` ran the whole
+/// group: a guest that froze took its counters with it.
 fn check_wire(
     group: &Group,
     captures: &[PathBuf],
     console: &Console,
     rcvbuf_errors: u64,
+    one_boot: bool,
     failures: &mut Vec<String>,
 ) -> String {
     let want_mtu = if group.link_mtu >= 4176 { 4096 } else { 1024 };
@@ -546,16 +821,21 @@ fn check_wire(
         .iter()
         .map(|s| s.uncounted_frames_allowed())
         .sum();
-    if group.faults.is_none() && sent > received + rcvbuf_errors + late {
+    if group.faults.is_none() && one_boot && sent > received + rcvbuf_errors + late {
         failures.push(format!(
             "we sent {sent} RoCE frames, rxe received {received}; the host dropped {rcvbuf_errors} for lack of buffer and at most {late} may have been for QPs already gone"
         ));
     }
     format!(
-        "wire: {} frames; RoCE from us {sent} (opcodes {:x?}), from rxe {} (opcodes {:x?}); rxe rcvd_pkts {received}; host UDP buffer drops {rcvbuf_errors}",
+        "wire: {} frames; RoCE from us {sent} (opcodes {:x?}), from rxe {} (opcodes {:x?}); rxe rcvd_pkts {received}{}; host UDP buffer drops {rcvbuf_errors}",
         all.frames,
         all.ours.keys().collect::<Vec<_>>(),
         all.sent_by_guest(),
         all.theirs.keys().collect::<Vec<_>>(),
+        if one_boot {
+            ""
+        } else {
+            " (the last boot's: not compared)"
+        },
     )
 }

@@ -299,14 +299,28 @@ pub struct Group {
     /// The guest and our NIC are cabled to two ports of a `roce switch` rather than to each
     /// other; each port's capture must pass `roce decode --strict` too.
     pub via_switch: bool,
+    /// The test of the harness itself: it stops the guest's QEMU (SIGSTOP) as a guest that
+    /// froze, and must notice, boot a fresh guest and run the scenario again on it.
+    pub stop_guest: Option<StopGuest>,
     pub scenarios: Vec<Scenario>,
 }
 
+/// When the harness stops the guest (see [`Group::stop_guest`]).
+#[derive(Debug, Clone, Copy)]
+pub struct StopGuest {
+    /// The scenario during which,
+    pub during: usize,
+    /// once the guest's console printed a line that starts so (in that scenario).
+    pub once_printed: &'static str,
+}
+
 impl Group {
-    /// The guest's script: each scenario between markers the test reads back.
-    pub fn guest_script(&self, first_port: u16) -> String {
+    /// The guest's script: its heartbeat, then each scenario from `first` on between markers
+    /// the test reads back.
+    pub fn guest_script(&self, first_port: u16, first: usize) -> String {
         let mut script = String::from(GUEST_PRELUDE);
-        for (n, scenario) in self.scenarios.iter().enumerate() {
+        script.push_str(HEARTBEAT);
+        for (n, scenario) in self.scenarios.iter().enumerate().skip(first) {
             let port = first_port + n as u16;
             script.push_str(&format!("scenario {n} {}\n", scenario.guest_command(port)));
         }
@@ -338,4 +352,12 @@ scenario() {
   "$@" 2>&1
   echo "SCENARIO-END $n rc=$?"
 }
+"#;
+
+/// The guest's sign of life on its console while the script runs: a line every second
+/// (`read` and `echo` are dash's own; only `sleep` is a program), which
+/// [`super::watch::Guest`] waits for and [`super::guest::Console`] leaves out. A guest that
+/// froze prints nothing, while a tool may rightly be silent for minutes.
+pub const HEARTBEAT: &str = r#"
+( while :; do read up idle </proc/uptime; echo "SOFTROCE-ALIVE $up"; sleep 1; done ) &
 "#;

@@ -81,6 +81,12 @@ impl Env {
 
     /// Starts a NIC and waits for its ready line.
     pub fn nic(&self, nic: &Nic) -> Proc {
+        self.nic_logging(nic, None)
+    }
+
+    /// Starts a NIC logging to its standard error as `filter` (`RUST_LOG`) says, and waits
+    /// for its ready line.
+    pub fn nic_logging(&self, nic: &Nic, filter: Option<&str>) -> Proc {
         let mut args = vec![
             "nic".to_owned(),
             "--name".into(),
@@ -111,6 +117,10 @@ impl Env {
             }
             None => self.roce(&args),
         };
+        let mut cmd = cmd;
+        if let Some(filter) = filter {
+            cmd.env("RUST_LOG", filter).env("NO_COLOR", "1");
+        }
         let mut proc = Proc::spawn(cmd, false);
         proc.expect(|l| l.starts_with(&format!("{} ready: ", nic.name)));
         proc

@@ -375,10 +375,27 @@ pub fn on_timers(qp: &mut Qp, ctx: &mut Ctx<'_>) {
 
 /// The low retransmission timer fired (see [`requester::rto_low`]): a timeout like the
 /// configured timer's, which spends no retry and leaves the configured timer running; the
-/// next low wait is twice as long, until the responder shows progress.
+/// next low wait is twice as long, until the responder shows progress. The first expiry after
+/// an unanswered tail probe, with more than a few packets unacknowledged, sends a second
+/// probe instead of going back.
 fn on_low_timer(qp: &mut Qp, ctx: &mut Ctx<'_>) {
     qp.send.low_timer = None;
     if qp.send.una == qp.send.high || qp.sq.is_empty() || qp.send.rnr_wait.is_some() {
+        return;
+    }
+    // A tail probe went unanswered for a low timeout: probe once more before going back over
+    // everything. The probe's answer recovers a lost NAK, resend or tail as the go-back would
+    // (see `probe_answered`), and a peer whose engine merely stalled for a hundred
+    // microseconds or two (a thread that lost its core) then costs one packet, not a window
+    // of duplicates and a cut. Only the probe's own loss, or its answer's, waits the longer.
+    let outstanding = psn::diff(qp.send.high, qp.send.una).max(0) as u32;
+    if qp.send.probed.is_some()
+        && qp.send.low_backoff == 0
+        && outstanding > requester::RTO_LOW_PACKETS
+    {
+        requester::probe(qp, ctx);
+        qp.send.low_backoff += 1;
+        requester::arm_low_timer(qp, ctx.now, true, false);
         return;
     }
     counters::bump(&ctx.counters.retransmit_timeouts);
@@ -481,6 +498,11 @@ fn go_back(qp: &mut Qp, ctx: &mut Ctx<'_>, from: u32, why: GoBackReason) {
     if qp.sq.rewind_to(from) {
         qp.send.recovering = Some(from);
         qp.send.timer = retransmit_timeout(qp.attrs.timeout).map(|t| ctx.now + t);
+        // The low timer too: the copies need a round trip of their own. Armed at the last
+        // progress, it fired while they were on their way when the answer that sent them back
+        // moved nothing forward (a NAK for the oldest unacknowledged packet), and went back
+        // over everything a second time.
+        requester::arm_low_timer(qp, ctx.now, false, false);
     }
 }
 

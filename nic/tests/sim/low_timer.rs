@@ -152,7 +152,9 @@ fn a_silent_peer_fails_after_the_configured_timeouts_with_bounded_copies() {
 /// A QP that has lost packets runs the low timer whatever is unacknowledged, from the
 /// measured round trip down to [`RTO_LOW_LOSSY_FLOOR`]: the peer NAKs a gap, and the first
 /// resend is lost, so the peer (having NAKed that gap once) stays silent. A probe comes one
-/// low timeout later, a go-back one more later — tens of microseconds on a line whose round
+/// low timeout later, a second one more later (see
+/// `a_stalled_peer_costs_a_probe_not_a_go_back`), the go-back two more later — tens of
+/// microseconds on a line whose round
 /// trip is a few, where IRN's 100 µs floor and the low timer only for three packets or fewer
 /// left the first probe at 100 µs and the go-back at the configured timer's 4 ms.
 #[test]
@@ -182,7 +184,12 @@ fn a_lossy_qp_recovers_a_silent_gap_in_round_trips() {
     let probe: Vec<_> = b.sent().iter().map(|s| s.psn).collect();
     assert_eq!(probe, [PSN + 3], "the probe");
     assert_eq!(b.node.counters.snapshot().tail_probes, 1);
+    // Unanswered for a low timeout: once more, in case the peer only stalled.
     b.wait(RTO_LOW_LOSSY_FLOOR);
+    let probe: Vec<_> = b.sent().iter().map(|s| s.psn).collect();
+    assert_eq!(probe, [PSN + 3], "the second probe");
+    assert_eq!(b.count(EventKind::RetransmitTimeout), 0);
+    b.wait(RTO_LOW_LOSSY_FLOOR * 2);
     let again: Vec<_> = b.sent().iter().map(|s| s.psn).collect();
     assert_eq!(
         again,
@@ -329,4 +336,83 @@ fn a_probe_answered_for_everything_sends_nothing_again() {
     assert!(b.sent().is_empty());
     assert_eq!(b.count(EventKind::GoBack), 0);
     assert_eq!(b.completions().len(), 8);
+}
+
+/// A go-back restarts the low timer: the packets it sends again need a round trip of their
+/// own before their answer can come. A sequence NAK that names the oldest unacknowledged
+/// packet moves nothing forward, and the low timer, armed at the last progress, fired a round
+/// trip or less after the go-back while the copies were on their way — a timeout and a second
+/// go-back of everything unacknowledged on a line that had lost one packet.
+#[test]
+fn a_go_back_restarts_the_low_timer() {
+    let mut b = bench(true);
+    learn_rtt(&mut b, Duration::from_micros(20));
+    for wr_id in 0..8 {
+        write(&mut b, 10 + wr_id);
+    }
+    assert_eq!(b.sent().len(), 8);
+    // The first lost packet cuts the window: the QP is lossy, its low timer runs whatever is
+    // unacknowledged.
+    b.ack(
+        PSN + 2,
+        Syndrome::Nak(roce_wire::aeth::NakCode::PSN_SEQUENCE_ERROR),
+    );
+    assert_eq!(b.sent().len(), 7, "go-back-N from PSN + 2");
+    // The copies are answered, the next packet is lost (the low timer restarts at each
+    // progress): 20 µs of silence, then the sequence NAK for the packet the ACK left oldest.
+    b.ack(PSN + 2, Syndrome::ack());
+    let rto = b.node.qp.send.low_timer.expect("a lossy QP's low timer") - b.instant();
+    b.wait(Duration::from_micros(20));
+    assert!(b.sent().is_empty());
+    b.ack(
+        PSN + 3,
+        Syndrome::Nak(roce_wire::aeth::NakCode::PSN_SEQUENCE_ERROR),
+    );
+    let again: Vec<_> = b.sent().iter().map(|s| s.psn).collect();
+    assert_eq!(again, (PSN + 3..PSN + 9).collect::<Vec<_>>(), "go-back-N");
+    // Until one low timeout after the go-back, nothing more.
+    b.wait(rto - Duration::from_micros(1));
+    let early: Vec<_> = b.sent().iter().map(|s| s.psn).collect();
+    assert!(
+        early.is_empty(),
+        "the copies' round trip is not over: {early:?}"
+    );
+    assert_eq!(b.count(EventKind::RetransmitTimeout), 0);
+    b.ack(PSN + 8, Syndrome::ack());
+    assert_eq!(b.completions().len(), 8);
+}
+
+/// A lossy QP's peer that stops answering for a while (its engine thread lost its core: on
+/// `roce bench`'s two cores shared by more threads, often) gets a second probe when the first
+/// goes unanswered for a low timeout, not a go-back of everything unacknowledged: with the
+/// go-back, each such stall of a hundred microseconds or two sent a window of duplicates and
+/// cut the window as a loss (simulated with engines that stall 1% of their passes for up to
+/// 200 µs at 1% loss: a timeout after 15% of the sequence NAKs and 17 packets sent again per
+/// NAK, 2% and 14 with the second probe). The peer wakes and acknowledges everything: nothing
+/// was sent again but the two probes, the window is as it was.
+#[test]
+fn a_stalled_peer_costs_a_probe_not_a_go_back() {
+    let mut b = bench(true);
+    learn_rtt(&mut b, Duration::from_micros(2));
+    for wr_id in 0..8 {
+        write(&mut b, 10 + wr_id);
+    }
+    assert_eq!(b.sent().len(), 8);
+    b.ack(
+        PSN + 1,
+        Syndrome::Nak(roce_wire::aeth::NakCode::PSN_SEQUENCE_ERROR),
+    );
+    assert_eq!(b.sent().len(), 8, "go-back-N of the eight");
+    let window = b.node.qp.send.window.packets();
+    // The peer stalls: a probe after one low timeout, another after the next.
+    b.wait(RTO_LOW_LOSSY_FLOOR * 2 + Duration::from_micros(2));
+    let probes: Vec<_> = b.sent().iter().map(|s| (s.psn, s.kind)).collect();
+    assert_eq!(probes, [(PSN + 1, Kind::WriteOnly); 2], "two probes");
+    assert_eq!(b.count(EventKind::RetransmitTimeout), 0);
+    // It wakes and had everything.
+    b.ack(PSN + 8, Syndrome::ack());
+    assert!(b.sent().is_empty());
+    assert_eq!(b.completions().len(), 8);
+    assert!(b.node.qp.send.window.packets() >= window, "no cut");
+    assert_eq!(b.node.counters.snapshot().tail_probes, 2);
 }

@@ -68,7 +68,7 @@ impl Bench {
         }
     }
 
-    fn instant(&self) -> Instant {
+    pub fn instant(&self) -> Instant {
         self.start + Duration::from_nanos(self.now)
     }
 

@@ -113,6 +113,10 @@ pub struct Cpu {
     pub base: Nanos,
     /// Per thousand bytes of a frame taken in or sent (the copy and the ICRC).
     pub per_kilobyte: Nanos,
+    /// A thread that other threads take the core from now and then: after a pass that did
+    /// something, with probability `.0`, it does nothing for up to `.1` (uniformly drawn) —
+    /// as `roce bench`'s engines on a machine whose two cores run more threads than that.
+    pub stalls: Option<(f64, Nanos)>,
 }
 
 impl Cpu {
@@ -133,6 +137,8 @@ pub struct Wire {
     pub stats: WireStats,
     /// A line rate, if the wire has one: then each direction sends one frame at a time.
     pub line: Option<Line>,
+    /// When recording: each frame lost, as (when, towards which node, its PSN, an answer).
+    pub lost_log: Option<Vec<(Nanos, usize, u32, bool)>>,
 }
 
 /// A line rate: a frame occupies its direction for its length at this rate before its delay
@@ -184,6 +190,7 @@ impl Wire {
             free: Vec::new(),
             stats: WireStats::default(),
             line: None,
+            lost_log: None,
         }
     }
 
@@ -204,6 +211,12 @@ impl Wire {
         let f = self.faults;
         if f.loss > 0.0 && self.rng.random_bool(f.loss) {
             self.stats.lost += 1;
+            if let Some(log) = &mut self.lost_log {
+                if let Ok(lost) = Frame::parse(&frame[..len]) {
+                    let bth = lost.repr.bth;
+                    log.push((now, to, bth.psn, bth.opcode.kind().is_response()));
+                }
+            }
             self.free.push(frame);
             return;
         }
@@ -610,6 +623,8 @@ pub struct World {
     pub cpu: Option<Cpu>,
     /// With `cpu`: when each node's pass under way ends.
     busy_until: [Nanos; 2],
+    /// Draws the engines' stalls (see [`Cpu::stalls`]), apart from the wire's faults.
+    stall_rng: XorShiftRng,
 }
 
 impl World {
@@ -635,6 +650,7 @@ impl World {
             now: 0,
             cpu: None,
             busy_until: [0; 2],
+            stall_rng: XorShiftRng::seed_from_u64(seed ^ 0x5747_a115),
         }
     }
 
@@ -688,6 +704,11 @@ impl World {
         let sent_at = t;
         t = self.flush_outbox_from(i, t, cpu);
         if received > 0 || worked || t > sent_at {
+            if let Some((p, longest)) = cpu.stalls {
+                if self.stall_rng.random_bool(p) {
+                    t += self.stall_rng.random_range(1..=longest);
+                }
+            }
             self.busy_until[i] = t;
         }
     }
@@ -736,6 +757,7 @@ impl World {
             pass: 0,
             base: 0,
             per_kilobyte: 0,
+            stalls: None,
         };
         self.flush_outbox_from(from, self.now, FREE);
     }
