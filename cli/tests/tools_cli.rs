@@ -466,6 +466,7 @@ fn bench_all_gives_every_figure_beside_its_baseline_in_json() {
         ("in-process WRITE 64 KiB", "the limit"),
         ("cable WRITE 64 KiB", "UDP, same frames, 1 per call"),
         ("cable WRITE 64 KiB", "UDP, same frames, batched"),
+        ("cable WRITE 64 KiB, CPU", "UDP, same frames, batched, CPU"),
         ("cable WRITE 64 B", "UDP, same frames, 1 per call"),
         ("cable WRITE 64 B", "UDP, same frames, batched"),
         ("shm WRITE 64 KiB", "in-process WRITE"),
@@ -478,6 +479,13 @@ fn bench_all_gives_every_figure_beside_its_baseline_in_json() {
             "no {figure} vs {baseline}: {rows:?}"
         );
     }
+    // Each side's CPU cost of the cable row, beside batched UDP's.
+    assert!(
+        v["notes"].as_array().expect("notes").iter().any(|n| n
+            .as_str()
+            .is_some_and(|n| n.starts_with("cable WRITE 64 KiB: CPU ms per MiB"))),
+        "{v}"
+    );
     let qps = v["extra"]["qps"].as_array().expect("qps figures");
     assert_eq!(
         qps.iter().map(|q| q["qps"].as_u64()).collect::<Vec<_>>(),

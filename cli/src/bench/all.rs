@@ -321,8 +321,13 @@ fn between_processes(plan: &Plan, r: &mut Report) -> Result<(), Failure> {
     };
     let mib_per_s =
         |t: &Throughput, len: usize| t.messages_per_s() * len as f64 / f64::from(1 << 20);
+    let nic_cpu = Spent::start(cable.nic_cpu_ns());
     let big = writes(cable.initiator(), size, BIG, d)?;
-    let (p, b) = (udp(&plain, size)?, udp(&batched, size)?);
+    let nic_cpu = nic_cpu.until(cable.nic_cpu_ns());
+    let p = udp(&plain, size)?;
+    let udp_cpu = Spent::start(batched.cpu_ns());
+    let b = udp(&batched, size)?;
+    let udp_cpu = udp_cpu.until(batched.cpu_ns());
     let name = format!("cable WRITE {}", super::human(size));
     r.row(
         &name,
@@ -340,6 +345,9 @@ fn between_processes(plan: &Plan, r: &mut Report) -> Result<(), Failure> {
         mib_per_s(&b, size),
         Some(0.7),
     )?;
+    if let (Some(nic), Some(udp)) = (nic_cpu, udp_cpu) {
+        cpu_rows(r, &name, (nic, big.bytes), (udp, b.messages * size as u64))?;
+    }
     let small = writes(cable.initiator(), 64, SMALL, d)?;
     let (p, b) = (udp(&plain, 64)?, udp(&batched, 64)?);
     let k = |t: &Throughput| t.messages_per_s() / 1e3;
@@ -385,6 +393,53 @@ fn between_processes(plan: &Plan, r: &mut Report) -> Result<(), Failure> {
         None,
     )?;
     Ok(())
+}
+
+/// CPU time two processes spent over a run (sending end, receiving end), in nanoseconds.
+struct Spent(Option<[u64; 2]>);
+
+impl Spent {
+    fn start(now: Option<[u64; 2]>) -> Spent {
+        Spent(now)
+    }
+
+    fn until(self, now: Option<[u64; 2]>) -> Option<[u64; 2]> {
+        let (before, after) = (self.0?, now?);
+        Some([after[0] - before[0], after[1] - before[1]])
+    }
+}
+
+/// The cable's bytes per CPU second (both NIC processes) against batched UDP's (its sender and
+/// receiver), from each run's CPU time: on a shared machine a process waits for a core as
+/// often as it runs, and the CPU time a byte costs is what that waiting blurs least. Each
+/// side's cost on its own line: on two cores the busier side sets the goodput. The NICs' time
+/// includes their idle polling between frames (a yield each round), which a quieter machine
+/// lets them spend more of: an upper bound on their work, closest to it when the machine is
+/// loaded.
+fn cpu_rows(
+    r: &mut Report,
+    name: &str,
+    (nic, nic_bytes): ([u64; 2], u64),
+    (udp, udp_bytes): ([u64; 2], u64),
+) -> Result<(), Failure> {
+    let mib = |bytes: u64| bytes as f64 / f64::from(1 << 20);
+    let per_cpu_s = |ns: [u64; 2], bytes: u64| mib(bytes) / ((ns[0] + ns[1]).max(1) as f64 / 1e9);
+    let ms_per_mib = |ns: u64, bytes: u64| ns as f64 / 1e6 / mib(bytes).max(f64::MIN_POSITIVE);
+    r.row(
+        format!("{name}, CPU"),
+        per_cpu_s(nic, nic_bytes),
+        "MiB/CPU-s",
+        "UDP, same frames, batched, CPU",
+        per_cpu_s(udp, udp_bytes),
+        None,
+    )?;
+    r.note(format!(
+        "{name}: CPU ms per MiB, sender + receiver: cable NICs {:.3} + {:.3}, batched UDP {:.3} + {:.3}",
+        ms_per_mib(nic[0], nic_bytes),
+        ms_per_mib(nic[1], nic_bytes),
+        ms_per_mib(udp[0], udp_bytes),
+        ms_per_mib(udp[1], udp_bytes),
+    ))
 }
 
 /// The figures of `n` QPs on NICs of `threads` engine threads.

@@ -245,7 +245,7 @@ impl NicPair {
 
 /// The CPU time of every thread of process `pid`, in nanoseconds: the first field of each
 /// task's `schedstat`.
-fn cpu_ns(pid: u32) -> Option<u64> {
+pub(crate) fn cpu_ns(pid: u32) -> Option<u64> {
     let mut total = 0;
     for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
         let stat = std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok()?;

@@ -14,7 +14,7 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::procs::{line_starting, Guard};
+use super::procs::{cpu_ns, line_starting, Guard};
 use crate::buf::BufPool;
 use crate::link::udp_batch::{UdpBatch, MAX_BATCH};
 use crate::link::udp_recv::{BatchReceiver, RECV_BUFFERS};
@@ -50,10 +50,29 @@ pub struct UdpBaseline {
     socket: UdpSocket,
     /// Send by the batch, as the cable does.
     batch: Option<std::cell::RefCell<UdpBatch>>,
-    _child: Guard,
+    child: Guard,
 }
 
 impl UdpBaseline {
+    /// CPU time used so far, in nanoseconds, by the sending end (the calling thread: the one
+    /// that runs [`UdpBaseline::run`]) and by the receiving process, user and system: the
+    /// difference over a run divided by its bytes is the baseline's cost per byte, to hold two
+    /// NIC processes' ([`super::procs::NicPair::nic_cpu_ns`]) to. `None` where the system does
+    /// not say.
+    pub fn cpu_ns(&self) -> Option<[u64; 2]> {
+        let mut now = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid clock and a timespec to write.
+        if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) } != 0 {
+            return None;
+        }
+        let sender =
+            u64::try_from(now.tv_sec).ok()? * 1_000_000_000 + u64::try_from(now.tv_nsec).ok()?;
+        Some([sender, cpu_ns(self.child.0.id())?])
+    }
+
     /// Starts the receiver with `sink` (a command that ends in [`run_sink_from_env`]; its
     /// environment is set here) and connects to it.
     pub fn start(batched: bool, mut sink: Command) -> io::Result<UdpBaseline> {
@@ -79,7 +98,7 @@ impl UdpBaseline {
         Ok(UdpBaseline {
             socket,
             batch: batched.then(|| std::cell::RefCell::new(UdpBatch::new(true))),
-            _child: child,
+            child,
         })
     }
 
