@@ -41,14 +41,7 @@ pub fn skip(reason: &str) {
     // still records it.
     let _ = std::io::stderr().lock().write_all(line.as_bytes());
     if let Some(log) = std::env::var_os(SKIP_LOG) {
-        // One `write` of a whole line to a file opened for appending: lines of tests running in
-        // parallel (threads or processes) never interleave.
-        let appended = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .and_then(|mut file| file.write_all(line.as_bytes()));
-        if let Err(e) = appended {
+        if let Err(e) = append_line(&log, &line) {
             panic!("{test}: cannot append to the skip log {log:?} ({e}); skipping: {reason}");
         }
     }
@@ -69,15 +62,20 @@ pub fn warn(message: &str) {
     if let Some(log) = std::env::var_os(WARN_LOG) {
         let first = message.lines().next().unwrap_or_default();
         let line = format!("WARNING {test}: {first}\n");
-        let appended = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .and_then(|mut file| file.write_all(line.as_bytes()));
-        if let Err(e) = appended {
+        if let Err(e) = append_line(&log, &line) {
             panic!("{test}: cannot append to the warning log {log:?} ({e}): {message}");
         }
     }
+}
+
+/// Appends `line` to the log file `log` in one `write` to a file opened for appending: lines of
+/// tests running in parallel (threads or processes) never interleave.
+fn append_line(log: &std::ffi::OsStr, line: &str) -> std::io::Result<()> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)?
+        .write_all(line.as_bytes())
 }
 
 /// `suite::test::path`: the test binary's name (without cargo's hash) and the test's, which the

@@ -79,8 +79,9 @@ impl NetworkRepr {
         }
     }
 
-    /// The Ethernet type that announces this network layer.
-    pub(crate) fn ethertype(&self) -> u16 {
+    /// The Ethernet type that announces this network layer (what [`crate::Frame::parse_network_layer`]
+    /// takes for a frame without its Ethernet header).
+    pub fn ethertype(&self) -> u16 {
         match self {
             NetworkRepr::Ipv4 { .. } => ipv4::ETHERTYPE,
             NetworkRepr::Ipv6 { .. } => ipv6::ETHERTYPE,

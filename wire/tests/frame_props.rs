@@ -8,8 +8,8 @@ use roce_wire::describe::Description;
 use roce_wire::icrc;
 use roce_wire::{
     aeth, atomic_ack_eth, atomic_eth, bth, cm, deth, feth, ieth, immdt, mad, reth, EthernetAddress,
-    EthernetRepr, Extensions, Frame, FrameRepr, Ipv4Address, Ipv6Address, NetworkRepr, Opcode,
-    VlanTag,
+    EthernetRepr, Extensions, Frame, FrameRepr, FrameTemplate, Ipv4Address, Ipv6Address,
+    NetworkRepr, Opcode, VlanTag,
 };
 
 fn opcode() -> impl Strategy<Value = Opcode> {
@@ -297,6 +297,42 @@ proptest! {
         exercise(&bytes);
         let keep = cut.index(bytes.len() + 1);
         exercise(&bytes[..keep]);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    // Whatever the path and packet, a `FrameTemplate` (the sender's headers built once)
+    // writes what the full emitter writes, with or without Ethernet, whatever identification
+    // the template was built from.
+    #[test]
+    fn a_template_frame_is_the_full_emitters_frame(
+        (repr, payload) in frame(),
+        with_ethernet in prop::bool::weighted(0.9),
+        ident in any::<u16>(),
+    ) {
+        let ethernet = repr.ethernet.filter(|_| with_ethernet);
+        let template = FrameTemplate::new(ethernet, repr.network);
+        let repr = template.repr(&repr.bth, &repr.ext, payload.len(), ident);
+        prop_assert!(template.fits(&repr));
+
+        let mut full = vec![0xa5u8; 512];
+        let mut fast = vec![0x5au8; 512];
+        let full_len = repr.emit(&mut full, &payload);
+        let fast_len = template.emit_with(&repr.bth, &repr.ext, payload.len(), ident, &mut fast, |dst| {
+            dst.copy_from_slice(&payload)
+        });
+        prop_assert_eq!(&fast_len, &full_len);
+        let len = full_len.expect("a valid repr");
+        prop_assert_eq!(&fast[..len], &full[..len]);
+        let frame = match ethernet {
+            Some(_) => Frame::parse(&fast[..len]),
+            None => Frame::parse_network_layer(&fast[..len], repr.network.ethertype()),
+        };
+        let frame = frame.unwrap();
+        prop_assert!(frame.icrc().is_ok());
+        prop_assert_eq!(frame.payload(), &payload[..]);
     }
 }
 
