@@ -343,7 +343,19 @@ pub fn run_group(group: &Group) -> Option<Outcome> {
     std::fs::write(dir.join("console.log"), &console_log).unwrap();
     let console = Console::new(&console_text);
     let mut nic_log = String::new();
-    if let Some((_, proc)) = nic.as_mut().filter(|_| gave_up.is_some()) {
+    if let Some((nic, proc)) = nic.as_mut().filter(|_| gave_up.is_some()) {
+        // Where a group gave up, our NIC may be the one that stopped (a CI run: its capture
+        // went silent mid-WRITE, in both directions, while the guest lived): its counters and
+        // its threads' stacks while it still runs, before it is asked to stop.
+        if proc.exited().is_none() {
+            let counters = env.run(&["host", "info", "--nic", &nic.name, "--counters"]);
+            failures.push(format!(
+                "our NIC when the group gave up: its counters\n{}{}\nits threads:\n{}",
+                counters.stdout,
+                counters.stderr,
+                proc.stacks()
+            ));
+        }
         if let Some(stacks) = proc.stop_or_dump_stacks(Duration::from_secs(20)) {
             failures.push(format!(
                 "our NIC did not stop on SIGTERM; its threads:\n{stacks}"

@@ -333,6 +333,21 @@ impl Proc {
         self.child.try_wait().unwrap()
     }
 
+    /// Every thread's stack as gdb shows it, the process running on after it.
+    pub fn stacks(&self) -> String {
+        Command::new("gdb")
+            .args([
+                "-p",
+                &self.pid().to_string(),
+                "-batch",
+                "-ex",
+                "thread apply all bt",
+            ])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_else(|e| format!("gdb did not run: {e}"))
+    }
+
     /// Stops the process with SIGTERM; if it has not exited after `limit`, returns every
     /// thread's stack as gdb shows it (where a hung process hangs) and kills it.
     pub fn stop_or_dump_stacks(&mut self, limit: Duration) -> Option<String> {
@@ -347,17 +362,7 @@ impl Proc {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        let stacks = Command::new("gdb")
-            .args([
-                "-p",
-                &self.pid().to_string(),
-                "-batch",
-                "-ex",
-                "thread apply all bt",
-            ])
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-            .unwrap_or_else(|e| format!("gdb did not run: {e}"));
+        let stacks = self.stacks();
         let _ = self.child.kill();
         self.wait(Duration::from_secs(5));
         Some(stacks)
