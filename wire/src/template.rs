@@ -4,9 +4,9 @@
 //! [`FrameTemplate::emit_with`] writes a frame by copying them and patching only what varies,
 //! then the BTH, extension headers, payload, pad and ICRC as [`FrameRepr::emit_with`] does.
 //!
-//! What it writes is byte for byte what [`FrameRepr::emit_with`] writes for the same packet (the
-//! tests compare the two over every opcode, network, tag and length); it only skips building the
-//! invariant headers field by field for every packet.
+//! What it writes is byte for byte what [`FrameRepr::emit_with`] writes for the same packet
+//! (wire/tests/frame_props.rs compares the two over random opcodes, networks, tags, field values
+//! and payloads); it only skips building the invariant headers field by field for every packet.
 
 use crate::error::{check_len, Error, Layer};
 use crate::frame::{pad_len, EthernetRepr, Extensions, FrameRepr, NetworkRepr, ICRC_LEN};
@@ -28,7 +28,8 @@ pub struct FrameTemplate {
     /// Where the IP header (or GRH) starts.
     l2_len: usize,
     /// IPv4 only: the ones' complement sum of the header's 16-bit words as the template holds
-    /// them (total length, identification and checksum zero), not yet folded.
+    /// them (total length, identification and checksum zero), not yet folded (smoltcp keeps its
+    /// checksum arithmetic private: it checks and emits whole headers only).
     ip_sum: u32,
 }
 

@@ -321,13 +321,13 @@ fn between_processes(plan: &Plan, r: &mut Report) -> Result<(), Failure> {
     };
     let mib_per_s =
         |t: &Throughput, len: usize| t.messages_per_s() * len as f64 / f64::from(1 << 20);
-    let nic_cpu = Spent::start(cable.nic_cpu_ns());
+    let nic_before = cable.nic_cpu_ns();
     let big = writes(cable.initiator(), size, BIG, d)?;
-    let nic_cpu = nic_cpu.until(cable.nic_cpu_ns());
+    let nic_cpu = spent(nic_before, cable.nic_cpu_ns());
     let p = udp(&plain, size)?;
-    let udp_cpu = Spent::start(batched.cpu_ns());
+    let udp_before = batched.cpu_ns();
     let b = udp(&batched, size)?;
-    let udp_cpu = udp_cpu.until(batched.cpu_ns());
+    let udp_cpu = spent(udp_before, batched.cpu_ns());
     let name = format!("cable WRITE {}", super::human(size));
     r.row(
         &name,
@@ -395,18 +395,14 @@ fn between_processes(plan: &Plan, r: &mut Report) -> Result<(), Failure> {
     Ok(())
 }
 
-/// CPU time two processes spent over a run (sending end, receiving end), in nanoseconds.
-struct Spent(Option<[u64; 2]>);
-
-impl Spent {
-    fn start(now: Option<[u64; 2]>) -> Spent {
-        Spent(now)
-    }
-
-    fn until(self, now: Option<[u64; 2]>) -> Option<[u64; 2]> {
-        let (before, after) = (self.0?, now?);
-        Some([after[0] - before[0], after[1] - before[1]])
-    }
+/// The CPU time two processes (sending end, receiving end) spent between two readings, in
+/// nanoseconds; `None` where the system did not say.
+fn spent(before: Option<[u64; 2]>, after: Option<[u64; 2]>) -> Option<[u64; 2]> {
+    let (before, after) = (before?, after?);
+    Some([
+        after[0].saturating_sub(before[0]),
+        after[1].saturating_sub(before[1]),
+    ])
 }
 
 /// The cable's bytes per CPU second (both NIC processes) against batched UDP's (its sender and
