@@ -1,5 +1,10 @@
 //! A tee that writes every frame a link sends and receives to a pcap file, for Wireshark and for
 //! `roce decode --strict`.
+//!
+//! A capture that cannot be written (a full disk) never stops the NIC, and never spoils the file
+//! either: a record goes into the file's buffer whole or not at all, so the frames that could not
+//! be written are left out of it and everything before and after stays readable. The first frame
+//! left out, and the first written again after, are said at warn.
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
@@ -9,21 +14,38 @@ use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use pcap_file::pcap::{PcapPacket, PcapWriter};
+use tracing::warn;
 
 use super::Link;
 use crate::buf::{BufPool, FrameBuf};
 use crate::waker::Waker;
 
+/// Bytes of a pcap record before its frame: two timestamps and two lengths.
+const RECORD_HEADER: usize = 16;
+/// The capture file's buffer: room for several of the largest records, so that a record always
+/// fits in it whole once it has been flushed.
+const FILE_BUFFER: usize = 64 * 1024;
+
 /// A pcap file that several tees may share (the two ends of a demo cable write one capture).
 #[derive(Clone)]
 pub struct PcapSink {
-    writer: Arc<Mutex<PcapWriter<SharedFile>>>,
-    file: SharedFile,
+    recorder: Arc<Mutex<Recorder>>,
 }
 
-/// The capture file's buffer, reachable both by the pcap writer and by `flush`.
+/// The pcap writer, and the file's buffer beneath it (which the writer owns, but which
+/// [`Recorder::append`] must see to keep records whole).
+struct Recorder {
+    pcap: PcapWriter<SharedFile>,
+    file: SharedFile,
+    /// The file's name, for the warnings.
+    name: String,
+    /// Frames left out since the file last took one.
+    left_out: u64,
+}
+
+/// The capture file's buffer, reachable both by the pcap writer and by the recorder.
 #[derive(Clone)]
-struct SharedFile(Arc<Mutex<BufWriter<File>>>);
+struct SharedFile(Arc<Mutex<BufWriter<Box<dyn Write + Send>>>>);
 
 impl Write for SharedFile {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
@@ -35,7 +57,7 @@ impl Write for SharedFile {
 }
 
 impl SharedFile {
-    fn lock(&self) -> io::Result<std::sync::MutexGuard<'_, BufWriter<File>>> {
+    fn lock(&self) -> io::Result<std::sync::MutexGuard<'_, BufWriter<Box<dyn Write + Send>>>> {
         self.0
             .lock()
             .map_err(|_| io::Error::other("capture file lock poisoned"))
@@ -44,31 +66,88 @@ impl SharedFile {
 
 impl PcapSink {
     pub fn create(path: &Path) -> io::Result<PcapSink> {
-        let file = SharedFile(Arc::new(Mutex::new(BufWriter::new(File::create(path)?))));
-        let writer = PcapWriter::new(file.clone()).map_err(io::Error::other)?;
+        PcapSink::over(Box::new(File::create(path)?), path.display().to_string())
+    }
+
+    /// A capture written to `out`, called `name` in warnings.
+    fn over(out: Box<dyn Write + Send>, name: String) -> io::Result<PcapSink> {
+        let file = SharedFile(Arc::new(Mutex::new(BufWriter::with_capacity(
+            FILE_BUFFER,
+            out,
+        ))));
+        let pcap = PcapWriter::new(file.clone()).map_err(io::Error::other)?;
         Ok(PcapSink {
-            writer: Arc::new(Mutex::new(writer)),
-            file,
+            recorder: Arc::new(Mutex::new(Recorder {
+                pcap,
+                file,
+                name,
+                left_out: 0,
+            })),
         })
     }
 
-    /// Appends one Ethernet frame, stamped now.
+    fn recorder(&self) -> io::Result<std::sync::MutexGuard<'_, Recorder>> {
+        self.recorder
+            .lock()
+            .map_err(|_| io::Error::other("pcap writer lock poisoned"))
+    }
+
+    /// Appends one Ethernet frame, stamped now. A frame the file cannot take is left out whole
+    /// (the error says why).
     pub fn write(&self, frame: &[u8]) -> io::Result<()> {
         let timestamp = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
-        let packet = PcapPacket::new(timestamp, frame.len() as u32, frame);
-        let mut writer = self
-            .writer
-            .lock()
-            .map_err(|_| io::Error::other("pcap writer lock poisoned"))?;
-        writer.write_packet(&packet).map_err(io::Error::other)?;
-        Ok(())
+        let mut recorder = self.recorder()?;
+        match recorder.append(&PcapPacket::new(timestamp, frame.len() as u32, frame)) {
+            Ok(()) => {
+                if recorder.left_out > 0 {
+                    warn!(
+                        capture = %recorder.name,
+                        left_out = recorder.left_out,
+                        "the capture is written again; the frames it could not take are missing from it"
+                    );
+                    recorder.left_out = 0;
+                }
+                Ok(())
+            }
+            Err(e) => {
+                if recorder.left_out == 0 {
+                    warn!(
+                        capture = %recorder.name,
+                        error = %e,
+                        "the capture cannot be written: frames are left out of it until it can \
+                         (the NIC goes on)"
+                    );
+                }
+                recorder.left_out += 1;
+                Err(e)
+            }
+        }
     }
 
     /// Pushes buffered frames to the file.
     pub fn flush(&self) -> io::Result<()> {
-        self.file.clone().flush()
+        self.recorder()?.file.flush()
+    }
+}
+
+impl Recorder {
+    /// Appends one record, whole or not at all. The pcap writer writes a record in five pieces,
+    /// and a file that refused one of them would be left with half a record, which makes every
+    /// record after it unreadable (a reader sees a capture that ends there). So the record goes
+    /// only into a buffer with room for all of it: if the buffer lacks the room, it is flushed
+    /// first, and if the file refuses that, the record is left out.
+    fn append(&mut self, packet: &PcapPacket<'_>) -> io::Result<()> {
+        {
+            let mut file = self.file.lock()?;
+            if file.capacity() - file.buffer().len() < RECORD_HEADER + packet.data.len() {
+                // On failure the buffer keeps what the file did not take: whole records.
+                file.flush()?;
+            }
+        }
+        self.pcap.write_packet(packet).map_err(io::Error::other)?;
+        Ok(())
     }
 }
 
@@ -132,5 +211,79 @@ impl<L: Link> Link for PcapTee<L> {
 
     fn describe(&self) -> String {
         format!("{} with pcap tee", self.inner.describe())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pcap_file::pcap::PcapReader;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A disk that fills: takes bytes while it has room (writing part of a write when it has
+    /// only that much), then refuses with "no space left", as `write(2)` does.
+    #[derive(Clone, Default)]
+    struct Disk {
+        bytes: Arc<Mutex<Vec<u8>>>,
+        room: Arc<AtomicUsize>,
+    }
+
+    impl Write for Disk {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            let room = self.room.load(Ordering::SeqCst);
+            if room == 0 {
+                return Err(io::Error::from(io::ErrorKind::StorageFull));
+            }
+            let n = buf.len().min(room);
+            self.room.fetch_sub(n, Ordering::SeqCst);
+            self.bytes.lock().unwrap().extend_from_slice(&buf[..n]);
+            Ok(n)
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Frame `i`: `len` bytes of `i`.
+    fn frame(i: usize, len: usize) -> Vec<u8> {
+        vec![i as u8; len]
+    }
+
+    /// The disk fills in the middle of a run of frames (of every size up to a jumbo frame's)
+    /// and later has room again: the frames it could not take are missing, each whole, and the
+    /// file reads to its end with every frame written before and after, in order.
+    #[test]
+    fn a_full_disk_leaves_frames_out_whole_and_the_capture_readable() {
+        let disk = Disk::default();
+        disk.room.store(200_000, Ordering::SeqCst);
+        let sink = PcapSink::over(Box::new(disk.clone()), "test".into()).unwrap();
+        let sizes = [60, 1082, 4154, 9216, 77, 1082, 1082];
+        let mut kept = Vec::new();
+        let mut refused = 0;
+        for i in 0..400 {
+            if i == 300 {
+                // Room again.
+                disk.room.store(usize::MAX / 2, Ordering::SeqCst);
+            }
+            let f = frame(i, sizes[i % sizes.len()]);
+            match sink.write(&f) {
+                Ok(()) => kept.push(f),
+                Err(e) => {
+                    assert_eq!(e.kind(), io::ErrorKind::StorageFull);
+                    refused += 1;
+                }
+            }
+        }
+        sink.flush().unwrap();
+        assert!(refused > 0, "the disk never filled");
+        assert!(kept.len() > 300 - refused, "frames after the disk had room were kept");
+        let bytes = disk.bytes.lock().unwrap().clone();
+        let mut reader = PcapReader::new(&bytes[..]).unwrap();
+        let mut read = Vec::new();
+        while let Some(packet) = reader.next_packet() {
+            read.push(packet.expect("every record whole").data.into_owned());
+        }
+        assert_eq!(read.len(), kept.len());
+        assert!(read == kept, "the frames kept, in order");
     }
 }
