@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use crossbeam::channel::Receiver;
 use roce_hostmem::PdId;
 use smoltcp::wire::IpCidr;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use crate::buf::{BufPool, FrameBuf};
 use crate::control::{ClientId, Command, Control, Request};
@@ -629,7 +629,7 @@ impl Engine {
             self.with_qp(qpn, |qp, ctx| qp.enter_error(ctx, ErrorCause::Requested));
         }
         if let Err(e) = self.tx.link().flush() {
-            debug!(error = %e, "flushing the link at shutdown failed");
+            warn!(error = %e, "flushing the link at shutdown failed");
         }
         info!(nic = %self.name, "engine stopped");
     }

@@ -3,15 +3,15 @@
 //!
 //! A capture that cannot be written (a full disk) never stops the NIC, and never spoils the file
 //! either: a record goes into the file's buffer whole or not at all, so the frames that could not
-//! be written are left out of it and everything before and after stays readable. The first frame
-//! left out, and the first written again after, are said at warn.
+//! be written are left out of it and everything before and after stays readable. Frames left
+//! out are said at warn (and counted again when the capture is flushed at shutdown).
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::os::fd::RawFd;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use pcap_file::pcap::{PcapPacket, PcapWriter};
 use tracing::warn;
@@ -25,6 +25,9 @@ const RECORD_HEADER: usize = 16;
 /// The capture file's buffer: room for several of the largest records, so that a record always
 /// fits in it whole once it has been flushed.
 const FILE_BUFFER: usize = 64 * 1024;
+/// While the file refuses frames (a disk that is full, or nearly: it may take some and refuse
+/// the next), a warning at most this often.
+const WARN_EVERY: Duration = Duration::from_secs(10);
 
 /// A pcap file that several tees may share (the two ends of a demo cable write one capture).
 #[derive(Clone)]
@@ -39,8 +42,10 @@ struct Recorder {
     file: SharedFile,
     /// The file's name, for the warnings.
     name: String,
-    /// Frames left out since the file last took one.
+    /// Frames left out because the file refused them, in all.
     left_out: u64,
+    /// When a refusal was last said (at most one line per [`WARN_EVERY`]).
+    warned: Option<Instant>,
 }
 
 /// The capture file's buffer, reachable both by the pcap writer and by the recorder.
@@ -82,6 +87,7 @@ impl PcapSink {
                 file,
                 name,
                 left_out: 0,
+                warned: None,
             })),
         })
     }
@@ -99,40 +105,44 @@ impl PcapSink {
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
         let mut recorder = self.recorder()?;
-        match recorder.append(&PcapPacket::new(timestamp, frame.len() as u32, frame)) {
-            Ok(()) => {
-                if recorder.left_out > 0 {
-                    warn!(
-                        capture = %recorder.name,
-                        left_out = recorder.left_out,
-                        "the capture is written again; the frames it could not take are missing from it"
-                    );
-                    recorder.left_out = 0;
-                }
-                Ok(())
-            }
-            Err(e) => {
-                if recorder.left_out == 0 {
-                    warn!(
-                        capture = %recorder.name,
-                        error = %e,
-                        "the capture cannot be written: frames are left out of it until it can \
-                         (the NIC goes on)"
-                    );
-                }
-                recorder.left_out += 1;
-                Err(e)
-            }
+        let result = recorder.append(&PcapPacket::new(timestamp, frame.len() as u32, frame));
+        if let Err(e) = &result {
+            recorder.left_out(e);
         }
+        result
     }
 
-    /// Pushes buffered frames to the file.
+    /// Pushes buffered frames to the file; says at warn how many the file could not take.
     pub fn flush(&self) -> io::Result<()> {
-        self.recorder()?.file.flush()
+        let recorder = self.recorder()?;
+        if recorder.left_out > 0 {
+            warn!(
+                capture = %recorder.name,
+                left_out = recorder.left_out,
+                "the capture misses frames the file could not take"
+            );
+        }
+        recorder.file.clone().flush()
     }
 }
 
 impl Recorder {
+    /// Counts a frame the file refused, and says so (at most every [`WARN_EVERY`]).
+    fn left_out(&mut self, error: &io::Error) {
+        self.left_out += 1;
+        let now = Instant::now();
+        if self.warned.is_none_or(|at| now - at >= WARN_EVERY) {
+            self.warned = Some(now);
+            warn!(
+                capture = %self.name,
+                error = %error,
+                left_out = self.left_out,
+                "the capture cannot be written: frames are left out of it, each whole, until it \
+                 can (the NIC goes on)"
+            );
+        }
+    }
+
     /// Appends one record, whole or not at all. The pcap writer writes a record in five pieces,
     /// and a file that refused one of them would be left with half a record, which makes every
     /// record after it unreadable (a reader sees a capture that ends there). So the record goes
