@@ -163,6 +163,11 @@ impl Waker {
         }
     }
 
+    /// Whether the engine says it sleeps (or is about to).
+    pub fn asleep(&self) -> bool {
+        self.sleeping.get().load(Ordering::Relaxed) != 0
+    }
+
     /// Engine side: back to busy.
     pub fn awake(&self) {
         self.sleeping.get().store(0, Ordering::SeqCst);

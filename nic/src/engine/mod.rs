@@ -13,6 +13,7 @@ mod qp_table;
 mod rx;
 mod shard;
 mod srqs;
+mod watchdog;
 
 pub use cm::DEFAULT_RESPONSE_TIMEOUT as CM_RESPONSE_TIMEOUT;
 use qp_table::ActiveQps;
@@ -48,6 +49,8 @@ use neighbours::NeighbourNeed;
 const RX_BUDGET: usize = 64;
 /// Packets one QP's requester may send in one pass.
 const TX_BUDGET: usize = 32;
+/// At most one warning this often while the link's receives fail.
+const RX_FAILURE_EVERY: Duration = Duration::from_secs(10);
 /// How long an idle engine keeps polling before it sleeps: short enough to give the CPU back,
 /// long enough that back-to-back work never pays for a wake-up.
 const SPIN: Duration = Duration::from_micros(50);
@@ -90,6 +93,10 @@ pub enum RingMemory {
 }
 
 pub(crate) struct Engine {
+    /// Declared first, so dropped first: it polls the link's descriptor until it stops.
+    watchdog: Option<watchdog::Watchdog>,
+    /// What the watchdog reads (the passes finished).
+    signs: Arc<watchdog::Signs>,
     name: String,
     port: PortInfo,
     control: Receiver<Control>,
@@ -159,6 +166,9 @@ pub(crate) struct Engine {
     pollfds: Vec<libc::pollfd>,
     /// The connection manager on QP1.
     cm: cm::Agent,
+    /// Receives the link failed, and when that was last said.
+    rx_failures: u64,
+    rx_failure_said: Option<Instant>,
     running: bool,
 }
 
@@ -193,6 +203,7 @@ impl Engine {
     pub fn new(setup: Setup) -> io::Result<Engine> {
         let mut link = setup.link;
         link.attach(&setup.pool, &setup.waker);
+        let link_fd = link.poll_fd();
         let threads = setup.threads.clamp(1, MAX_THREADS);
         let counters = Arc::clone(setup.counters.set(0));
         let mut tx = Tx::new(link, Arc::clone(&setup.pool), Arc::clone(&counters));
@@ -233,7 +244,17 @@ impl Engine {
                 }
             }
         }
+        let signs = Arc::new(watchdog::Signs::default());
+        let watchdog = watchdog::Watchdog::start(
+            setup.name.clone(),
+            link_fd,
+            Arc::clone(&counters),
+            Arc::clone(&setup.waker),
+            Arc::clone(&signs),
+        )?;
         Ok(Engine {
+            watchdog: Some(watchdog),
+            signs,
             name: setup.name,
             port: setup.port,
             control: setup.control,
@@ -276,6 +297,8 @@ impl Engine {
             interests: Vec::new(),
             pollfds: Vec::new(),
             cm,
+            rx_failures: 0,
+            rx_failure_said: None,
             running: true,
         })
     }
@@ -340,6 +363,9 @@ impl Engine {
             crate::counters::add(&self.counters.tx_dropped, lost);
             debug!(lost, "the link could not send its whole batch");
         }
+        // Only this thread writes it: a plain load and store, no locked add.
+        let passes = &self.signs.passes;
+        passes.store(passes.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         busy
     }
 
@@ -514,7 +540,7 @@ impl Engine {
                 }
                 Ok(None) => break,
                 Err(e) => {
-                    debug!(error = %e, "link receive failed");
+                    self.rx_failed(&e, now);
                     break;
                 }
             }
@@ -527,6 +553,20 @@ impl Engine {
         // are parsed and checked, and only the first drop of the batch waits.
         self.delivered.clear();
         n > 0
+    }
+
+    /// Counts a receive the link failed, and says so at most every [`RX_FAILURE_EVERY`]: a link
+    /// whose receives keep failing takes no frame, and that must show in the log.
+    #[cold]
+    fn rx_failed(&mut self, error: &io::Error, now: Instant) {
+        self.rx_failures += 1;
+        if self
+            .rx_failure_said
+            .is_none_or(|at| now - at >= RX_FAILURE_EVERY)
+        {
+            self.rx_failure_said = Some(now);
+            warn!(error = %error, failures = self.rx_failures, "the link's receive failed");
+        }
     }
 
     /// Wakes the threads whose queues got frames or doorbells this pass.
@@ -618,6 +658,7 @@ impl Engine {
     }
 
     fn shutdown(&mut self) {
+        drop(self.watchdog.take());
         self.held = Some(self.common.hold());
         self.common.stop();
         for worker in std::mem::take(&mut self.workers) {

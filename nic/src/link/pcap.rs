@@ -283,7 +283,10 @@ mod tests {
         }
         sink.flush().unwrap();
         assert!(refused > 0, "the disk never filled");
-        assert!(kept.len() > 300 - refused, "frames after the disk had room were kept");
+        assert!(
+            kept.len() > 300 - refused,
+            "frames after the disk had room were kept"
+        );
         let bytes = disk.bytes.lock().unwrap().clone();
         let mut reader = PcapReader::new(&bytes[..]).unwrap();
         let mut read = Vec::new();
