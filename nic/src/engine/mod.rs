@@ -209,6 +209,15 @@ impl Engine {
         let mut tx = Tx::new(link, Arc::clone(&setup.pool), Arc::clone(&counters));
         let ip_stack = IpStack::new(setup.port.mac, &setup.subnets, setup.mtu, &mut tx)?;
         let cm = cm::Agent::new(setup.port.mac, setup.cm_response_timeout);
+        // Before the other threads: if it cannot start, none of them has to be stopped.
+        let signs = Arc::new(watchdog::Signs::default());
+        let watchdog = watchdog::Watchdog::start(
+            setup.name.clone(),
+            link_fd,
+            Arc::clone(&counters),
+            Arc::clone(&setup.waker),
+            Arc::clone(&signs),
+        )?;
         let mut wakers = vec![Arc::clone(&setup.waker)];
         for _ in 1..threads {
             wakers.push(Waker::new(SharedWord::private())?);
@@ -244,14 +253,6 @@ impl Engine {
                 }
             }
         }
-        let signs = Arc::new(watchdog::Signs::default());
-        let watchdog = watchdog::Watchdog::start(
-            setup.name.clone(),
-            link_fd,
-            Arc::clone(&counters),
-            Arc::clone(&setup.waker),
-            Arc::clone(&signs),
-        )?;
         Ok(Engine {
             watchdog: Some(watchdog),
             signs,
