@@ -745,7 +745,7 @@ impl Worker {
         // As the port thread's pass does: what this one wrote is in host memory before it
         // looks for more work or sleeps.
         roce_hostmem::fence_writes();
-        self.tx.link().flush_sends();
+        self.tx.flush_sends();
         if busy {
             trace!(thread = self.k, "pass");
         }

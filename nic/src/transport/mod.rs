@@ -176,6 +176,16 @@ impl Tx {
         }
     }
 
+    /// Has the link put on the wire what it batched ([`Link::flush_sends`]); what it lost
+    /// doing so is counted as dropped.
+    pub fn flush_sends(&mut self) {
+        let lost = self.link.flush_sends();
+        if lost > 0 {
+            counters::add(&self.counters.tx_dropped, lost);
+            tracing::debug!(lost, "the link could not send its whole batch");
+        }
+    }
+
     pub fn link(&mut self) -> &mut dyn Link {
         &mut *self.link
     }
@@ -261,6 +271,11 @@ pub trait Output {
 
     /// A decision taken.
     fn event(&mut self, event: &Event<'_>);
+
+    /// What was sent so far should leave now rather than with the rest of the pass's frames
+    /// (a link that batches its sends holds them until the engine's pass ends): the coalesced
+    /// ACK a responder sends in the middle of a receive batch, which the requester waits for.
+    fn expedite(&mut self) {}
 }
 
 /// Writes a frame's payload (from host memory, or nothing).

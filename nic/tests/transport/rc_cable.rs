@@ -1,11 +1,18 @@
 //! The RC data path over a UDP cable on loopback instead of the in-process pair: the frames
 //! really leave the process as datagrams and come back.
 
+use std::collections::VecDeque;
+use std::io;
 use std::net::UdpSocket;
+use std::sync::{Arc, Mutex};
 
 use crate::common::*;
+use roce_nic::buf::{BufPool, FrameBuf};
 use roce_nic::link::cable::{CableAddrs, CableLink};
+use roce_nic::link::mem::MemLink;
+use roce_nic::link::Link;
 use roce_nic::verbs::*;
+use roce_nic::waker::Waker;
 
 /// Two cable ends on loopback ports the kernel picked.
 fn cable() -> (CableLink, CableLink) {
@@ -111,4 +118,100 @@ fn a_buffer_rewritten_while_it_is_sent_leaves_only_frames_with_a_correct_icrc() 
     let b = p.dev_b.counters();
     assert_eq!(b.rx_icrc_errors, 0, "{b:?}");
     assert!(b.rx_frames >= WRITES * 256, "{b:?}");
+}
+
+/// A link that, like the cable, holds what the engine sends until the end of its pass
+/// ([`Link::flush_sends`]), and hands over the first `hold` frames that arrive only once all
+/// of them are there (one receive batch, as a cable receiver that fell behind finds them).
+/// Records, at each flush that sends anything, how many frames the engine had taken in.
+struct BatchingLink {
+    inner: MemLink,
+    hold: usize,
+    arrived: VecDeque<FrameBuf>,
+    unsent: Vec<FrameBuf>,
+    taken: usize,
+    flushed_after: Arc<Mutex<Vec<usize>>>,
+}
+
+impl Link for BatchingLink {
+    fn send(&mut self, frame: FrameBuf) -> io::Result<()> {
+        self.unsent.push(frame);
+        Ok(())
+    }
+
+    fn flush_sends(&mut self) -> u64 {
+        if !self.unsent.is_empty() {
+            self.flushed_after.lock().unwrap().push(self.taken);
+            for frame in self.unsent.drain(..) {
+                let _ = self.inner.send(frame);
+            }
+        }
+        0
+    }
+
+    fn recv(&mut self) -> io::Result<Option<FrameBuf>> {
+        while let Some(frame) = self.inner.recv()? {
+            self.arrived.push_back(frame);
+        }
+        if self.arrived.len() < self.hold {
+            return Ok(None);
+        }
+        self.hold = 0;
+        let frame = self.arrived.pop_front();
+        self.taken += frame.is_some() as usize;
+        Ok(frame)
+    }
+
+    fn attach(&mut self, pool: &Arc<BufPool>, waker: &Arc<Waker>) {
+        self.inner.attach(pool, waker)
+    }
+
+    fn describe(&self) -> String {
+        "a batching in-process cable".into()
+    }
+}
+
+/// The responder's coalesced ACK in the middle of a receive batch leaves at once, not with the
+/// batch's last frame: a WRITE of one whole window (64 packets) reaches the responder as one
+/// batch, and the requester, whose window is full, can send again only when an ACK comes back.
+/// Held to the end of the pass on a link that batches its sends (the cable), the half-window
+/// ACK made the two engines take turns instead of working at once.
+#[test]
+fn the_mid_batch_ack_leaves_before_the_rest_of_the_batch_is_taken_in() {
+    const PACKETS: usize = 64;
+    let (la, lb) = roce_nic::link::mem::pair();
+    let flushed_after = Arc::new(Mutex::new(Vec::new()));
+    let lb = BatchingLink {
+        inner: lb,
+        hold: PACKETS,
+        arrived: VecDeque::new(),
+        unsent: Vec::new(),
+        taken: 0,
+        flushed_after: Arc::clone(&flushed_after),
+    };
+    let p = pair_over(la, lb, QpType::Rc, Mtu::M4096, 1 << 20, |_| {}, |_| {}).unwrap();
+    // Connecting sent nothing over the data link: the first frames are the WRITE's.
+    flushed_after.lock().unwrap().clear();
+    let data = pattern(PACKETS * 4096, 5);
+    p.a.write(0, &data);
+    p.a.qp
+        .post_send(&[SendWr {
+            wr_id: 1,
+            op: SendOp::RdmaWrite {
+                remote_addr: p.b.mr.va,
+                rkey: p.b.mr.rkey,
+            },
+            sg_list: &[p.a.mr.sge(0, data.len() as u32)],
+            flags: SendFlags::SIGNALED,
+            ud: None,
+        }])
+        .unwrap();
+    let wc = p.a.completion();
+    assert_eq!((wc.wr_id, wc.status), (1, WcStatus::Success), "{wc:?}");
+    assert!(p.b.read(0, data.len()) == data, "written bytes differ");
+    let flushes = flushed_after.lock().unwrap().clone();
+    assert!(
+        flushes.first().is_some_and(|&taken| taken < PACKETS),
+        "the responder's first ACK left after {flushes:?} frames of a batch of {PACKETS}"
+    );
 }

@@ -171,8 +171,10 @@ impl RecvState {
 /// receive batch takes up to 64 frames: an ACK for a whole window at its end left the
 /// responder's engine idle while the requester's built the next window (they took turns
 /// instead of working at once). With an ACK every half window the requester builds the next
-/// half while the responder takes in the rest; every ACK costs both engines a frame (about
-/// 3,400 instructions together), so not more often.
+/// half while the responder takes in the rest — provided the ACK leaves at once: a link that
+/// batches its sends (the UDP cable) would hold it until the end of the pass, after the rest
+/// of the batch, so it is expedited ([`crate::transport::Output::expedite`]). Every ACK costs
+/// both engines a frame (about 3,400 instructions together), so not more often.
 pub const ACK_EVERY: u32 = 32;
 
 /// Handles one request packet addressed to this QP.
@@ -228,6 +230,9 @@ pub fn on_request(qp: &mut Qp, ctx: &mut Ctx<'_>, frame: &Frame<'_>) {
                 qp.recv.since_ack += 1;
                 if qp.recv.since_ack >= ACK_EVERY {
                     replies::flush_ack(qp, ctx);
+                    // The rest of the batch may take as long again: the requester, whose
+                    // window this ACK opens, should not wait for it.
+                    ctx.out.expedite();
                 }
             } else {
                 qp.recv.since_ack += 1;
