@@ -377,8 +377,8 @@ fn no_seed_stalls_after_a_lost_nak() {
 /// packets, timeouts, probes, go-backs) and the goodput against the fault-free run, summed over
 /// seeds: `SEEDS=6 RUN_MS=100 STALL=0.01 cargo test -p roce-nic --test sim
 /// goodput::recovery_per_nak -- --ignored --nocapture` (`STALL`: the share of passes after
-/// which an engine stalls, for up to `STALL_US` µs (200); `LOSS`; `DUMP=1` prints each run's losses,
-/// progress and recovery events, timed).
+/// which an engine stalls, for up to `STALL_US` µs (200); `LOSS`; `DUMP=1` prints each run's
+/// losses, progress and recovery events, timed).
 #[test]
 #[ignore = "a measurement, not a test"]
 fn recovery_per_nak() {
