@@ -377,8 +377,8 @@ fn no_seed_stalls_after_a_lost_nak() {
 /// packets, timeouts, probes, go-backs) and the goodput against the fault-free run, summed over
 /// seeds: `SEEDS=6 RUN_MS=100 STALL=0.01 cargo test -p roce-nic --test sim
 /// goodput::recovery_per_nak -- --ignored --nocapture` (`STALL`: the share of passes after
-/// which an engine stalls for up to 200 µs; `LOSS`; `DUMP=1` prints each run's losses,
-/// progress and recovery events, timed).
+/// which an engine stalls, for up to `STALL_US` µs (200); `LOSS`; `DUMP=1` prints each run's
+/// losses, progress and recovery events, timed).
 #[test]
 #[ignore = "a measurement, not a test"]
 fn recovery_per_nak() {
@@ -394,7 +394,7 @@ fn recovery_per_nak() {
         var("STALL", 0.0),
     );
     let run = (var("RUN_MS", 20.0) * 1e6) as Nanos;
-    let stalls = (stall > 0.0).then_some((stall, 200_000));
+    let stalls = (stall > 0.0).then_some((stall, (var("STALL_US", 200.0) * 1e3) as Nanos));
     let cpu = Cpu { stalls, ..ENGINES };
     let clean = run_traced(
         on_line(CABLE_DELAY, faults(0.0, 0.0, 0.0, 0.0, 0)),
